@@ -1,0 +1,140 @@
+"""``Bus``: one NATS connection with the JetStream handles a service needs, and publishing.
+
+Every publish sets ``Nats-Msg-Id`` so a redelivered handler that publishes again is
+deduplicated by the server, and retries through outages with the same id.
+"""
+
+import asyncio
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.errors import ConnectionClosedError, NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js.errors import (
+    KeyDeletedError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    ServiceUnavailableError,
+)
+from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
+
+from plnt_common import subjects
+from plnt_common.bus.connection import connect
+from plnt_common.bus.provision import ensure_jetstream
+from plnt_common.errors import BusUnavailable
+from plnt_common.events import Envelope
+from plnt_common.logs import get_logger
+
+log = get_logger(__name__)
+
+PUBLISH_RETRY_DELAYS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+"""Back-off between publish attempts; the last delay repeats until the deadline."""
+
+
+def message_id(envelope: Envelope, step: str = "") -> str:
+    """``<sagaid>.<type>[.<step>]``: one id per saga step, so a republish is a duplicate."""
+    base = f"{envelope.sagaid}.{envelope.event_type.value}"
+    return f"{base}.{step}" if step else base
+
+
+@dataclass
+class Bus:
+    """Connection, JetStream context and the buckets of the contract."""
+
+    nc: Client
+    js: JetStreamContext
+    runs: KeyValue
+    routes: KeyValue
+    resources: KeyValue
+    releases: KeyValue
+    sagas: KeyValue
+    specs: ObjectStore
+    service: str
+
+    @classmethod
+    async def open(cls, url: str, *, service: str, wait_for_server: bool = False) -> "Bus":
+        """Connect, provision idempotently and bind the buckets."""
+        nc = await connect(url, name=f"plnt-{service}", retry_on_start=wait_for_server)
+        js = nc.jetstream(timeout=5)
+        await ensure_jetstream(js)
+        return cls(
+            nc=nc,
+            js=js,
+            runs=await js.key_value(subjects.RUNS_BUCKET),
+            routes=await js.key_value(subjects.ROUTES_BUCKET),
+            resources=await js.key_value(subjects.RESOURCES_BUCKET),
+            releases=await js.key_value(subjects.RELEASES_BUCKET),
+            sagas=await js.key_value(subjects.SAGAS_BUCKET),
+            specs=await js.object_store(subjects.SPECS_OBJECT_STORE),
+            service=service,
+        )
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def publish(
+        self, envelope: Envelope, *, step: str = "", deadline_s: float = 60.0
+    ) -> bool:
+        """Publish with ``Nats-Msg-Id``; retry transient failures until ``deadline_s``.
+
+        Returns False when the server reports a duplicate (already published). Raises
+        ``BusUnavailable`` when the deadline passes without an acknowledgement.
+        """
+        subject = subjects.event_subject(envelope.event_type, envelope.namespace, envelope.name)
+        headers = {"Nats-Msg-Id": message_id(envelope, step)}
+        payload = envelope.model_dump_json().encode()
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + deadline_s
+        attempt = 0
+        while True:
+            try:
+                ack = await self.js.publish(subject, payload, headers=headers, timeout=2.0)
+                return not ack.duplicate
+            except (
+                NatsTimeout,
+                NoRespondersError,
+                ServiceUnavailableError,
+                ConnectionClosedError,
+            ) as exc:
+                if loop.time() >= give_up_at:
+                    raise BusUnavailable(
+                        f"publishing {subject} failed for {deadline_s}s: {exc!r}"
+                    ) from None
+                delay = PUBLISH_RETRY_DELAYS_S[min(attempt, len(PUBLISH_RETRY_DELAYS_S) - 1)]
+                attempt += 1
+                log.warning("bus.publish_retry", subject=subject, attempt=attempt, error=repr(exc))
+                await asyncio.sleep(delay)
+
+    async def publish_terminal(self, envelope: Envelope) -> bool:
+        """Publish a saga's terminal event unless another terminal already ended the saga.
+
+        The claim is a create-only key per saga id in ``plnt-sagas``: the first terminal
+        wins, a redelivered publish of the same type goes through (and is deduplicated).
+        Returns True when this event is (or already was) the saga's terminal.
+        """
+        claim = envelope.event_type.value.encode()
+        try:
+            await self.sagas.create(envelope.sagaid, claim)
+        except KeyWrongLastSequenceError:
+            existing = await self.sagas.get(envelope.sagaid)
+            if existing.value != claim:
+                log.info(
+                    "saga.terminal_already_claimed",
+                    sagaid=envelope.sagaid,
+                    event=envelope.event_type.value,
+                    claimed_by=(existing.value or b"").decode(),
+                )
+                return False
+        await self.publish(envelope)
+        return True
+
+    async def saga_ended(self, sagaid: str) -> bool:
+        """True once some terminal event claimed ``sagaid``."""
+        try:
+            await self.sagas.get(sagaid)
+        except (KeyNotFoundError, KeyDeletedError):
+            return False
+        return True

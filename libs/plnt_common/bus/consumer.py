@@ -1,0 +1,221 @@
+"""The one durable pull consumer a service's replicas share, and its delivery policy.
+
+Delivery rules, made explicit rather than left to a framework default:
+- ack only after the handler returned (its outcome event is published by then);
+- an exception NAKs with back-off; after ``max_attempts`` the service's ``on_exhausted``
+  publishes the step's failure event and the message is terminated, never dropped;
+- a message that cannot be decoded is logged and terminated (no redelivery loop);
+- while a handler runs, ``in_progress`` keeps the message from being redelivered;
+- on stop, fetching ends and in-flight handlers finish and ack before return.
+
+The server's own ``max_deliver`` is unlimited so a crash during the last attempt cannot
+lose a message: the next delivery sees the count and goes straight to ``on_exhausted``.
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import structlog
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import api
+from nats.js.errors import FetchTimeoutError
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.errors import PlntError, SpecInvalid
+from plnt_common.events import Envelope, decode_event
+from plnt_common.logs import get_logger
+from plnt_common.metrics import SAGA_STEP_DURATION
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """How one service consumes: its durable name comes from ``service``."""
+
+    service: str
+    filters: tuple[str, ...]
+    concurrency: int = 16
+    ack_wait_s: float = 30.0
+    max_attempts: int = 6
+    backoff_s: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+    fetch_timeout_s: float = 1.0
+
+    def delay_for(self, attempt: int) -> float:
+        return self.backoff_s[min(attempt - 1, len(self.backoff_s) - 1)]
+
+
+@dataclass
+class Delivery:
+    """What a handler may know and do about the message it handles."""
+
+    msg: Msg = field(repr=False)
+    attempt: int
+
+    async def in_progress(self) -> None:
+        """Reset the ack timer; the consumer also does this on a timer while handlers run."""
+        await self.msg.in_progress()
+
+
+Handler = Callable[[Envelope, Delivery], Awaitable[None]]
+OnExhausted = Callable[[Envelope, BaseException], Awaitable[None]]
+
+
+class EventConsumer:
+    """Fetches from the service's durable consumer and runs ``handler`` per event."""
+
+    def __init__(
+        self, bus: Bus, spec: ConsumerSpec, handler: Handler, on_exhausted: OnExhausted
+    ) -> None:
+        self._bus = bus
+        self._spec = spec
+        self._handler = handler
+        self._on_exhausted = on_exhausted
+        self._slots = asyncio.Semaphore(spec.concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def ensure_consumer(self) -> None:
+        config = api.ConsumerConfig(
+            durable_name=subjects.durable_name(self._spec.service),
+            filter_subjects=list(self._spec.filters),
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+            ack_wait=self._spec.ack_wait_s,
+            max_deliver=-1,
+            max_ack_pending=max(1000, self._spec.concurrency * 4),
+        )
+        await self._bus.js.add_consumer(subjects.STREAM, config)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set, then wait for in-flight handlers."""
+        durable = subjects.durable_name(self._spec.service)
+        while not stop.is_set():
+            sub = None
+            try:
+                await self.ensure_consumer()
+                sub = await self._bus.js.pull_subscribe_bind(durable, subjects.STREAM)
+                await self._fetch_loop(sub, stop)
+            except Exception as exc:  # the server went away or the binding went stale: re-bind
+                if stop.is_set():
+                    break
+                log.warning("consumer.rebind", durable=durable, error=repr(exc))
+                await asyncio.sleep(0.5)
+            finally:
+                # nats-py's drain waits on fetched messages it never marks done: unsubscribe
+                # the pull subscription ourselves so closing the connection is immediate.
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        await sub.unsubscribe()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _fetch_loop(self, sub: object, stop: asyncio.Event) -> None:
+        fetch = sub.fetch  # type: ignore[attr-defined]
+        stalls = 0
+        while not stop.is_set():
+            await self._slots.acquire()  # fetch only what there is room to run
+            free = self._spec.concurrency - len(self._tasks)
+            try:
+                # A guard above the fetch timeout: pull requests can go unanswered after a
+                # server restart; re-binding is how the consumer notices and recovers.
+                msgs = await asyncio.wait_for(
+                    fetch(batch=max(1, min(free, 64)), timeout=self._spec.fetch_timeout_s),
+                    timeout=self._spec.fetch_timeout_s + 5,
+                )
+            except (NatsTimeout, FetchTimeoutError, TimeoutError):
+                self._slots.release()
+                stalls = 0 if self._bus.nc.is_connected else stalls + 1
+                if stalls > 3:
+                    raise ConnectionError("not connected while fetching") from None
+                continue
+            except BaseException:
+                self._slots.release()
+                raise
+            stalls = 0
+            for index, msg in enumerate(msgs):
+                if index:
+                    await self._slots.acquire()
+                task = asyncio.create_task(self._handle(msg))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            if not msgs:
+                self._slots.release()
+
+    async def _handle(self, msg: Msg) -> None:
+        try:
+            await self._handle_one(msg)
+        finally:
+            self._slots.release()
+
+    async def _handle_one(self, msg: Msg) -> None:
+        attempt = msg.metadata.num_delivered or 1
+        try:
+            envelope = decode_event(msg.data)
+        except SpecInvalid as exc:
+            log.error("consumer.poison_message", subject=msg.subject, error=str(exc))
+            await msg.term()
+            return
+        with structlog.contextvars.bound_contextvars(
+            sagaid=envelope.sagaid,
+            event=envelope.event_type.value,
+            namespace=envelope.namespace,
+            name=envelope.name,
+            attempt=attempt,
+        ):
+            await self._run_handler(msg, envelope, attempt)
+
+    async def _run_handler(self, msg: Msg, envelope: Envelope, attempt: int) -> None:
+        started = time.perf_counter()
+        outcome = "ok"
+        if attempt > self._spec.max_attempts:
+            await self._exhausted(msg, envelope, RuntimeError("delivery attempts exhausted"))
+            return
+        heartbeat = asyncio.create_task(self._keep_alive(msg))
+        try:
+            await self._handler(envelope, Delivery(msg=msg, attempt=attempt))
+        except Exception as exc:
+            outcome = "error"
+            if attempt >= self._spec.max_attempts:
+                await self._exhausted(msg, envelope, exc)
+            else:
+                delay = self._spec.delay_for(attempt)
+                retryable = isinstance(exc, PlntError) and exc.retryable
+                log.warning(
+                    "handler.retry",
+                    error=str(exc) or repr(exc),
+                    retryable=retryable,
+                    delay_s=delay,
+                    exc_info=not retryable,
+                )
+                await msg.nak(delay=delay)
+            return
+        finally:
+            heartbeat.cancel()
+            SAGA_STEP_DURATION.labels(
+                self._spec.service, envelope.event_type.value, outcome
+            ).observe(time.perf_counter() - started)
+        await msg.ack()
+
+    async def _exhausted(self, msg: Msg, envelope: Envelope, exc: BaseException) -> None:
+        log.error("handler.exhausted", error=str(exc) or repr(exc))
+        try:
+            await self._on_exhausted(envelope, exc)
+        except Exception as publish_error:  # could not record the failure: try again later
+            log.error("handler.exhausted_publish_failed", error=repr(publish_error))
+            await msg.nak(delay=self._spec.backoff_s[-1])
+            return
+        await msg.term()
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        interval = max(0.5, self._spec.ack_wait_s / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await msg.in_progress()
+            except Exception as exc:  # the connection may be down; the next beat tries again
+                log.debug("consumer.in_progress_failed", error=repr(exc))

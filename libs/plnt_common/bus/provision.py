@@ -1,0 +1,91 @@
+"""Idempotent provisioning of the stream, KV buckets and object store every service uses.
+
+Every process calls ``ensure_jetstream`` at start; creating what exists is a no-op, so
+services can start in any order and scale out without a separate migration step.
+"""
+
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext, api
+from nats.js.errors import BadRequestError, NotFoundError
+
+from plnt_common import subjects
+
+DUPLICATE_WINDOW_S = 2 * 60 * 60
+"""How long ``Nats-Msg-Id`` deduplicates: longer than any saga step's deadline."""
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    name: str
+    history: int
+    description: str
+
+
+BUCKETS = (
+    BucketSpec(subjects.RUNS_BUCKET, 5, "Projection of every WorkflowRun's saga."),
+    BucketSpec(subjects.ROUTES_BUCKET, 5, "Router table: stable, canary, weight per workflow."),
+    BucketSpec(subjects.RESOURCES_BUCKET, 5, "Resource store of the embedded mode."),
+    BucketSpec(subjects.RELEASES_BUCKET, 1, "Local backend: desired and observed releases."),
+    BucketSpec(subjects.SAGAS_BUCKET, 1, "One terminal claim per saga id."),
+)
+
+
+async def ensure_jetstream(js: JetStreamContext) -> None:
+    """Create or update the stream, buckets and object store; safe to call concurrently."""
+    await _ensure_stream(js)
+    for bucket in BUCKETS:
+        await _ensure_bucket(js, bucket)
+    await _ensure_object_store(js)
+
+
+async def _ensure_stream(js: JetStreamContext) -> None:
+    config = api.StreamConfig(
+        name=subjects.STREAM,
+        subjects=list(subjects.STREAM_SUBJECTS),
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.LIMITS,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        max_msg_size=1024 * 1024,
+        description="plnt saga events: the history every service follows.",
+    )
+    try:
+        await js.stream_info(subjects.STREAM)
+    except NotFoundError:
+        try:
+            await js.add_stream(config)
+            return
+        except BadRequestError:  # a concurrent starter created it first
+            pass
+    await js.update_stream(config)
+
+
+async def _ensure_bucket(js: JetStreamContext, bucket: BucketSpec) -> None:
+    try:
+        await js.key_value(bucket.name)
+        return
+    except NotFoundError:  # BucketNotFoundError is one
+        pass
+    try:
+        await js.create_key_value(
+            bucket=bucket.name,
+            history=bucket.history,
+            storage=api.StorageType.FILE,
+            description=bucket.description,
+        )
+    except BadRequestError:  # created concurrently
+        await js.key_value(bucket.name)
+
+
+async def _ensure_object_store(js: JetStreamContext) -> None:
+    try:
+        await js.object_store(subjects.SPECS_OBJECT_STORE)
+    except NotFoundError:
+        try:
+            await js.create_object_store(
+                subjects.SPECS_OBJECT_STORE,
+                storage=api.StorageType.FILE,
+                description="Workflow specs by digest.",
+            )
+        except BadRequestError:
+            await js.object_store(subjects.SPECS_OBJECT_STORE)

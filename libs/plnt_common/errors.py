@@ -1,0 +1,72 @@
+"""The project's error hierarchy.
+
+Adapters translate infrastructure errors into these at the boundary (``raise ... from None``)
+so handlers decide on retry or failure by type alone.
+"""
+
+
+class PlntError(Exception):
+    """Base of every error plnt raises on purpose. ``retryable`` drives NAK versus fail."""
+
+    retryable = False
+    reason = "Error"
+
+
+class SpecInvalid(PlntError, ValueError):
+    """The workflow spec or a resource is malformed, cyclic or out of bounds.
+
+    A ``ValueError`` too, so pydantic validators may raise it and keep the field path.
+    """
+
+    reason = "SpecInvalid"
+
+
+class IntegrityMismatch(PlntError):
+    """The fetched spec's digest differs from the pinned ``integrityHash``."""
+
+    reason = "IntegrityMismatch"
+
+
+class SpecNotFound(PlntError):
+    """The registry answered, and the spec object is not there."""
+
+    reason = "SpecNotFound"
+
+
+class RegistryUnavailable(PlntError):
+    """The registry did not answer or failed mid-download: worth another try."""
+
+    retryable = True
+    reason = "RegistryUnavailable"
+
+
+class BackendUnavailable(PlntError):
+    """The named PlntBackend does not exist or cannot serve the request."""
+
+    reason = "BackendUnavailable"
+
+
+class InstallFailed(PlntError):
+    """A release did not become ready."""
+
+    reason = "InstallFailed"
+
+
+class ResourceNotFound(PlntError):
+    """A named resource does not exist in the store."""
+
+    reason = "NotFound"
+
+
+class Conflict(PlntError):
+    """A compare-and-set lost against a concurrent writer."""
+
+    retryable = True
+    reason = "Conflict"
+
+
+class BusUnavailable(PlntError):
+    """The NATS server cannot be reached."""
+
+    retryable = True
+    reason = "BusUnavailable"

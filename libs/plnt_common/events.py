@@ -1,0 +1,273 @@
+"""Saga events: the CloudEvents 1.0 envelope and one frozen data model per event type.
+
+Events evolve by adding optional fields only. ``EVENT_DATA`` maps each type to its model;
+``Envelope.payload()`` decodes ``data`` into it.
+"""
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from plnt_common.errors import SpecInvalid
+from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
+from plnt_common.status import Reason
+
+TYPE_PREFIX = "work.plnt."
+
+
+class EventType(StrEnum):
+    """Every event of the saga; the value is the subject token and the CloudEvents suffix."""
+
+    RUN_REQUESTED = "run.requested"
+    """A spec generation must be rolled out."""
+    SPEC_PULLED = "spec.pulled"
+    """The spec was fetched, hash-verified, validated and stored by digest."""
+    RUN_FAILED = "run.failed"
+    """Terminal: nothing to compensate."""
+    CANARY_INSTALLED = "canary.installed"
+    """The canary runner is up."""
+    INSTALL_FAILED = "install.failed"
+    """The install did not complete; the installer cleans up."""
+    SMOKE_PASSED = "smoke.passed"
+    """The canary met its budgets."""
+    SMOKE_FAILED = "smoke.failed"
+    """The canary missed a budget, or was superseded before its verdict."""
+    RUN_READY = "run.ready"
+    """Terminal: 100% of traffic on the new revision."""
+    ROUTE_RESTORED = "route.restored"
+    """Compensation: canary weight back to 0, stable untouched."""
+    RUN_ROLLED_BACK = "run.rolled_back"
+    """Terminal: canary removed, the previous stable still serving."""
+    RUN_DELETED = "run.deleted"
+    """The resource is being deleted: remove routes and releases."""
+    RUN_REMOVED = "run.removed"
+    """Terminal for deletion: the finalizer may be released."""
+    STEP_TIMED_OUT = "step.timed_out"
+    """A step passed its deadline."""
+
+    @property
+    def cloudevents_type(self) -> str:
+        return TYPE_PREFIX + self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_EVENTS
+
+
+TERMINAL_EVENTS = frozenset(
+    {EventType.RUN_READY, EventType.RUN_ROLLED_BACK, EventType.RUN_FAILED, EventType.RUN_REMOVED}
+)
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class RunSnapshot(_Data):
+    """The WorkflowRun as it was at the generation this saga rolls out."""
+
+    namespace: str = Field(examples=["default"])
+    name: str = Field(examples=["review-responder"])
+    uid: str = ""
+    generation: int = Field(ge=1)
+    spec: WorkflowRunSpec
+
+
+class CanaryRef(_Data):
+    """Where a saga's canary runs."""
+
+    revision: str = Field(description="Revision label.", examples=["1.2.0-g2"])
+    release: str = Field(
+        description="Release name on the backend.", examples=["review-responder-g2"]
+    )
+    url: str = Field(description="Runner base URL the router and smoke call.")
+    spec_digest: str = ""
+
+
+class SmokeFigures(_Data):
+    invocations: int = 0
+    p50_ms: float = 0.0
+    p95_ms: float = 0.0
+    error_percent: float = 0.0
+    passed: bool = False
+    reason: str = ""
+
+
+class RunRequested(_Data):
+    run: RunSnapshot
+
+
+class SpecPulled(_Data):
+    run: RunSnapshot
+    spec_digest: str = Field(description="sha256 of the spec bytes; the object name in plnt-specs.")
+    workflow_name: str
+    workflow_version: str
+    revision: str
+    backend_name: str
+    backend: PlntBackendSpec
+
+
+class RunFailed(_Data):
+    reason: Reason
+    message: str
+    phase: str = Field(default="", description="The phase the saga failed in.")
+
+
+class CanaryInstalled(_Data):
+    run: RunSnapshot
+    canary: CanaryRef
+
+
+class InstallFailed(_Data):
+    reason: Reason
+    message: str
+    revision: str
+    release: str
+
+
+class SmokeVerdict(_Data):
+    canary: CanaryRef
+    figures: SmokeFigures
+
+
+class RunReady(_Data):
+    revision: str
+    endpoint: str
+    spec_digest: str = ""
+    previous_revision: str = ""
+
+
+class RouteRestored(_Data):
+    revision: str = Field(description="The canary revision taken out of the route.")
+    release: str = ""
+    stable_revision: str = ""
+    reason: Reason
+    message: str = ""
+
+
+class RunRolledBack(_Data):
+    revision: str
+    stable_revision: str = ""
+    reason: Reason
+    message: str = ""
+
+
+class RunDeleted(_Data):
+    pass
+
+
+class RunRemoved(_Data):
+    releases_removed: tuple[str, ...] = ()
+
+
+class StepTimedOut(_Data):
+    phase: str
+    deadline_s: float
+
+
+EVENT_DATA: dict[EventType, type[_Data]] = {
+    EventType.RUN_REQUESTED: RunRequested,
+    EventType.SPEC_PULLED: SpecPulled,
+    EventType.RUN_FAILED: RunFailed,
+    EventType.CANARY_INSTALLED: CanaryInstalled,
+    EventType.INSTALL_FAILED: InstallFailed,
+    EventType.SMOKE_PASSED: SmokeVerdict,
+    EventType.SMOKE_FAILED: SmokeVerdict,
+    EventType.RUN_READY: RunReady,
+    EventType.ROUTE_RESTORED: RouteRestored,
+    EventType.RUN_ROLLED_BACK: RunRolledBack,
+    EventType.RUN_DELETED: RunDeleted,
+    EventType.RUN_REMOVED: RunRemoved,
+    EventType.STEP_TIMED_OUT: StepTimedOut,
+}
+
+
+def saga_id(namespace: str, name: str, generation: int, attempt: int = 1) -> str:
+    """``<ns>.<name>.<generation>.<attempt>``."""
+    return f"{namespace}.{name}.{generation}.{attempt}"
+
+
+class Envelope(BaseModel):
+    """A CloudEvents 1.0 structured-mode event with plnt's extension attributes."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    specversion: str = "1.0"
+    id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    type: str = Field(examples=["work.plnt.run.requested"])
+    source: str = Field(examples=["/plnt/watcher"])
+    subject: str = Field(description="<namespace>/<name>", examples=["default/review-responder"])
+    time: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    datacontenttype: str = "application/json"
+    data: dict[str, Any]
+    sagaid: str = Field(examples=["default.review-responder.1.1"])
+    generation: int
+    causationid: str = Field(default="", description="id of the event this one answers.")
+
+    @property
+    def event_type(self) -> EventType:
+        return EventType(self.type.removeprefix(TYPE_PREFIX))
+
+    @property
+    def namespace(self) -> str:
+        return self.subject.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.subject.split("/", 1)[1]
+
+    def payload(self) -> Any:
+        """The data decoded into its event type's model."""
+        return EVENT_DATA[self.event_type].model_validate(self.data)
+
+
+def new_event(
+    event_type: EventType,
+    data: _Data,
+    *,
+    namespace: str,
+    name: str,
+    sagaid: str,
+    generation: int,
+    source: str,
+    causation: "Envelope | None" = None,
+) -> Envelope:
+    expected = EVENT_DATA[event_type]
+    if not isinstance(data, expected):
+        raise TypeError(f"{event_type} carries {expected.__name__}, not {type(data).__name__}")
+    return Envelope(
+        type=event_type.cloudevents_type,
+        source=f"/plnt/{source}",
+        subject=f"{namespace}/{name}",
+        data=data.model_dump(mode="json", by_alias=True),
+        sagaid=sagaid,
+        generation=generation,
+        causationid=causation.id if causation else "",
+    )
+
+
+def follow_up(cause: Envelope, event_type: EventType, data: _Data, *, source: str) -> Envelope:
+    """The next event of the same saga, caused by ``cause``."""
+    return new_event(
+        event_type,
+        data,
+        namespace=cause.namespace,
+        name=cause.name,
+        sagaid=cause.sagaid,
+        generation=cause.generation,
+        source=source,
+        causation=cause,
+    )
+
+
+def decode_event(raw: bytes) -> Envelope:
+    """Parse and check one event; raises ``SpecInvalid`` for a poison message."""
+    try:
+        envelope = Envelope.model_validate_json(raw)
+        envelope.payload()
+    except ValueError as exc:  # pydantic's ValidationError and an unknown type both land here
+        raise SpecInvalid(f"undecodable event: {str(exc).splitlines()[0]}") from None
+    return envelope

@@ -1,0 +1,50 @@
+"""Prometheus metrics of the contract, defined once; each process exports what it touches."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+INVOCATION_DURATION = Histogram(
+    "plnt_invocation_duration_seconds",
+    "Time to serve one workflow invocation.",
+    ["workflow", "revision", "status"],
+    buckets=LATENCY_BUCKETS,
+)
+INVOCATIONS = Counter(
+    "plnt_invocations_total",
+    "Workflow invocations served.",
+    ["workflow", "revision", "status"],
+)
+STEP_DURATION = Histogram(
+    "plnt_step_duration_seconds",
+    "Time one workflow step took.",
+    ["workflow", "step", "tool", "status"],
+    buckets=LATENCY_BUCKETS,
+)
+STEP_CACHE_REQUESTS = Counter(
+    "plnt_step_cache_requests_total",
+    "Step cache look-ups by result (hit or miss).",
+    ["result"],
+)
+QUEUE_DEPTH = Gauge(
+    "plnt_queue_depth",
+    "Requests waiting for an in-flight slot.",
+    ["component"],
+)
+GPU_UTILIZATION = Gauge(
+    "plnt_gpu_utilization_ratio",
+    "GPU utilization from NVML, 0..1; absent when no GPU exists.",
+    ["gpu"],
+)
+SAGA_STEP_DURATION = Histogram(
+    "plnt_saga_step_duration_seconds",
+    "Handler time of one saga step.",
+    ["service", "event", "outcome"],
+    buckets=LATENCY_BUCKETS,
+)
+DEPLOY_DURATION = Histogram(
+    "plnt_deploy_duration_seconds",
+    "From run.requested to the saga's terminal event.",
+    ["outcome"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)

@@ -1,0 +1,37 @@
+"""Name and reference rules shared by resources, subjects and release names."""
+
+import re
+
+from plnt_common.errors import SpecInvalid
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_RUN_NAME = 40
+DEFAULT_NAMESPACE = "default"
+SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
+)
+SHA256_PIN = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def check_dns_label(value: str, *, what: str, max_len: int = 63) -> str:
+    """Return ``value`` if it is a DNS-1123 label of at most ``max_len`` characters."""
+    if len(value) > max_len:
+        raise SpecInvalid(f"{what} {value!r} is longer than {max_len} characters")
+    if not DNS1123_LABEL.match(value):
+        raise SpecInvalid(
+            f"{what} {value!r} is not a DNS-1123 label "
+            "(lowercase letters, digits and '-', starting and ending alphanumeric)"
+        )
+    return value
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """Split ``"<name>@<semver>"``; the name must be a DNS-1123 label so it is safe in paths."""
+    name, sep, version = ref.partition("@")
+    if not sep:
+        raise SpecInvalid(f"workflow ref {ref!r} must look like <name>@<semver>")
+    check_dns_label(name, what="workflow name in ref")
+    if not SEMVER.match(version):
+        raise SpecInvalid(f"workflow ref {ref!r} has version {version!r}, which is not semver")
+    return name, version

@@ -1,0 +1,298 @@
+"""The embedded mode's resource store: Kubernetes-like objects in the ``plnt-resources`` KV.
+
+Semantics kept from the Kubernetes API, because the watcher treats both sources alike:
+``generation`` starts at 1 and is bumped only when ``spec`` changes; ``resourceVersion`` is
+the KV revision of the entry (so it changes on every write); ``status`` is written apart
+from spec and never bumps generation; deleting an object with finalizers only sets
+``deletionTimestamp``, and the object goes once the last finalizer is removed. Writes are
+compare-and-set on the KV revision, so concurrent writers retry instead of losing updates.
+"""
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from nats.js.errors import (
+    KeyDeletedError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoKeysError,
+)
+from nats.js.kv import KeyValue
+
+from plnt_common.errors import Conflict, ResourceNotFound
+from plnt_common.names import DEFAULT_NAMESPACE
+from plnt_common.resources import Resource
+
+PLURALS = {"WorkflowRun": "workflowruns", "PlntBackend": "plntbackends"}
+CLUSTER_SCOPE = "_"
+CAS_ATTEMPTS = 20
+
+ApplyOutcome = Literal["created", "configured", "unchanged"]
+
+
+def object_key(kind: str, namespace: str | None, name: str) -> str:
+    return f"{PLURALS[kind]}.{namespace or CLUSTER_SCOPE}.{name}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as stored, with ``metadata.resourceVersion`` filled from the KV revision."""
+
+    key: str
+    revision: int
+    body: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.body["kind"])
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self.body["metadata"])
+
+
+def _decode(key: str, revision: int, raw: bytes) -> StoredObject:
+    body = json.loads(raw)
+    body["metadata"]["resourceVersion"] = str(revision)
+    return StoredObject(key=key, revision=revision, body=body)
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    stored = json.loads(json.dumps(body))
+    stored["metadata"].pop("resourceVersion", None)
+    return json.dumps(stored, separators=(",", ":"), sort_keys=True).encode()
+
+
+class ResourceStore:
+    """CRUD and watch over ``plnt-resources``; methods raise ``ResourceNotFound`` or ``Conflict``."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+
+    async def get(self, kind: str, namespace: str | None, name: str) -> StoredObject | None:
+        """The object, or None when it does not exist."""
+        key = object_key(kind, namespace, name)
+        try:
+            entry = await self._kv.get(key)
+        except (KeyNotFoundError, KeyDeletedError):
+            return None
+        if not entry.value:
+            return None
+        return _decode(key, entry.revision or 0, entry.value)
+
+    async def list(self, kind: str, namespace: str | None = None) -> list[StoredObject]:
+        prefix = f"{PLURALS[kind]}.{namespace}." if namespace else f"{PLURALS[kind]}."
+        try:
+            keys = await self._kv.keys()
+        except NoKeysError:
+            return []
+        found = []
+        for key in sorted(k for k in keys if k.startswith(prefix)):
+            name_ns = key.split(".", 2)
+            obj = await self.get(
+                kind, None if name_ns[1] == CLUSTER_SCOPE else name_ns[1], name_ns[2]
+            )
+            if obj is not None:
+                found.append(obj)
+        return found
+
+    async def apply(self, resource: Resource) -> tuple[StoredObject, ApplyOutcome]:
+        """Create or update spec, labels and annotations; generation bumps on spec change."""
+        desired = resource.model_dump(mode="json", by_alias=True, exclude_none=True)
+        desired.pop("status", None)
+        namespace = (
+            resource.metadata.namespace or DEFAULT_NAMESPACE
+            if resource.kind == "WorkflowRun"
+            else None
+        )
+        key = object_key(resource.kind, namespace, resource.metadata.name)
+        for _ in range(CAS_ATTEMPTS):
+            current = await self.get(resource.kind, namespace, resource.metadata.name)
+            if current is None:
+                body = self._new_body(desired, namespace)
+                try:
+                    revision = await self._kv.create(key, _encode(body))
+                except KeyWrongLastSequenceError:
+                    continue
+                return _decode(key, revision, _encode(body)), "created"
+            if current.metadata.get("deletionTimestamp"):
+                raise Conflict(
+                    f"{resource.kind} {resource.metadata.name!r} is being deleted; apply again once it is gone"
+                )
+            body, changed = self._updated_body(current.body, desired)
+            if not changed:
+                return current, "unchanged"
+            try:
+                revision = await self._kv.update(key, _encode(body), last=current.revision)
+            except KeyWrongLastSequenceError:
+                continue
+            return _decode(key, revision, _encode(body)), "configured"
+        raise Conflict(f"{key} kept changing while applying; try again")
+
+    @staticmethod
+    def _new_body(desired: dict[str, Any], namespace: str | None) -> dict[str, Any]:
+        meta = {
+            "name": desired["metadata"]["name"],
+            "uid": str(uuid.uuid4()),
+            "generation": 1,
+            "creationTimestamp": _now(),
+            "finalizers": [],
+            "labels": desired["metadata"].get("labels", {}),
+            "annotations": desired["metadata"].get("annotations", {}),
+        }
+        if namespace:
+            meta["namespace"] = namespace
+        return {**desired, "metadata": meta}
+
+    @staticmethod
+    def _updated_body(
+        current: dict[str, Any], desired: dict[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        meta = dict(current["metadata"])
+        spec_changed = current.get("spec") != desired.get("spec")
+        labels = desired["metadata"].get("labels", {})
+        annotations = desired["metadata"].get("annotations", {})
+        changed = (
+            spec_changed
+            or meta.get("labels", {}) != labels
+            or meta.get("annotations", {}) != annotations
+        )
+        meta.update(labels=labels, annotations=annotations)
+        if spec_changed:
+            meta["generation"] = int(meta.get("generation", 1)) + 1
+        body = {**current, "spec": desired.get("spec"), "metadata": meta}
+        return body, changed
+
+    async def mutate(
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any] | None],
+        *,
+        uid: str | None = None,
+    ) -> StoredObject | None:
+        """Apply ``change`` to the stored body with compare-and-set; retried on conflict.
+
+        ``change`` returns the new body, or None to delete the object. Returns the stored
+        object (None when deleted). Raises ``ResourceNotFound`` when it does not exist or
+        its uid differs from ``uid`` (a newer object of the same name).
+        """
+        key = object_key(kind, namespace, name)
+        for _ in range(CAS_ATTEMPTS):
+            current = await self.get(kind, namespace, name)
+            if current is None or (uid and current.metadata.get("uid") != uid):
+                raise ResourceNotFound(
+                    f"{kind} {namespace + '/' if namespace else ''}{name} not found"
+                )
+            body = change(json.loads(json.dumps(current.body)))
+            try:
+                if body is None:
+                    await self._kv.delete(key, last=current.revision)
+                    return None
+                if _encode(body) == _encode(current.body):
+                    return current
+                revision = await self._kv.update(key, _encode(body), last=current.revision)
+            except KeyWrongLastSequenceError:
+                continue
+            return _decode(key, revision, _encode(body))
+        raise Conflict(f"{key} kept changing; gave up after {CAS_ATTEMPTS} attempts")
+
+    async def update_status(
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        status: dict[str, Any],
+        *,
+        uid: str | None = None,
+    ) -> StoredObject | None:
+        def with_status(body: dict[str, Any]) -> dict[str, Any]:
+            body["status"] = status
+            return body
+
+        return await self.mutate(kind, namespace, name, with_status, uid=uid)
+
+    async def add_finalizer(
+        self, kind: str, namespace: str | None, name: str, finalizer: str
+    ) -> None:
+        def add(body: dict[str, Any]) -> dict[str, Any]:
+            finalizers = body["metadata"].setdefault("finalizers", [])
+            if finalizer not in finalizers and not body["metadata"].get("deletionTimestamp"):
+                finalizers.append(finalizer)
+            return body
+
+        await self.mutate(kind, namespace, name, add)
+
+    async def remove_finalizer(
+        self, kind: str, namespace: str | None, name: str, finalizer: str, *, uid: str | None = None
+    ) -> None:
+        """Drop ``finalizer``; an object marked for deletion with none left goes away."""
+
+        def remove(body: dict[str, Any]) -> dict[str, Any] | None:
+            meta = body["metadata"]
+            meta["finalizers"] = [f for f in meta.get("finalizers", []) if f != finalizer]
+            if meta.get("deletionTimestamp") and not meta["finalizers"]:
+                return None
+            return body
+
+        await self.mutate(kind, namespace, name, remove, uid=uid)
+
+    async def delete(
+        self, kind: str, namespace: str | None, name: str
+    ) -> Literal["deleted", "deleting"]:
+        """Delete now, or mark for deletion while finalizers remain."""
+
+        def mark(body: dict[str, Any]) -> dict[str, Any] | None:
+            meta = body["metadata"]
+            if not meta.get("finalizers"):
+                return None
+            meta.setdefault("deletionTimestamp", _now())
+            return body
+
+        remaining = await self.mutate(kind, namespace, name, mark)
+        return "deleted" if remaining is None else "deleting"
+
+    async def watch(self) -> AsyncIterator[tuple[str, StoredObject | None]]:
+        """Every current object, then each change as it happens; None means deleted."""
+        watcher = await self._kv.watchall()
+        try:
+            async for entry in watcher:
+                if entry is None:  # end of the initial values
+                    continue
+                if entry.operation in ("DEL", "PURGE") or not entry.value:
+                    yield entry.key, None
+                else:
+                    yield entry.key, _decode(entry.key, entry.revision or 0, entry.value)
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def watch_object(
+        self, kind: str, namespace: str | None, name: str
+    ) -> AsyncIterator[StoredObject | None]:
+        """The object now (None if absent), then each change; None once it is deleted."""
+        key = object_key(kind, namespace, name)
+        watcher = await self._kv.watch(key)
+        initial_seen = False
+        try:
+            async for entry in watcher:
+                if entry is None:  # end of the initial value
+                    if not initial_seen:
+                        yield None
+                    initial_seen = True
+                    continue
+                initial_seen = True
+                if entry.operation in ("DEL", "PURGE") or not entry.value:
+                    yield None
+                else:
+                    yield _decode(key, entry.revision or 0, entry.value)
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]

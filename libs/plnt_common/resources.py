@@ -1,0 +1,279 @@
+"""The plnt.work/v1 resources users write: ``WorkflowRun`` and ``PlntBackend``.
+
+Models validate everything the contract lists; ``parse_resource`` turns a YAML/JSON mapping
+into one of them or raises ``SpecInvalid`` with a message naming the field.
+"""
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from plnt_common.errors import SpecInvalid
+from plnt_common.names import MAX_RUN_NAME, SHA256_PIN, check_dns_label, parse_ref
+from plnt_common.status import ConditionType, Phase
+from plnt_common.workflow import describe_validation_error
+
+API_VERSION = "plnt.work/v1"
+REGISTRY_URL = re.compile(
+    r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?"
+    r"|file:///[^\0]*"
+    r"|oci://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._/-]*)?)$"
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class ObjectMeta(_Model):
+    """The metadata subset plnt keeps, as the Kubernetes API returns it."""
+
+    name: str
+    namespace: str | None = None
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = Field(default="", alias="resourceVersion")
+    finalizers: tuple[str, ...] = ()
+    creation_timestamp: datetime | None = Field(default=None, alias="creationTimestamp")
+    deletion_timestamp: datetime | None = Field(default=None, alias="deletionTimestamp")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+# --- WorkflowRun -------------------------------------------------------------------------
+
+
+class WorkflowRef(_Model):
+    ref: str = Field(description="<name>@<semver> of the Workflow in the registry.")
+    registry: str = Field(description="s3://bucket[/prefix], file:///abs/path or oci://...")
+    integrity_hash: str | None = Field(default=None, alias="integrityHash")
+
+    @field_validator("ref")
+    @classmethod
+    def _ref_shape(cls, value: str) -> str:
+        parse_ref(value)
+        return value
+
+    @field_validator("registry")
+    @classmethod
+    def _registry_shape(cls, value: str) -> str:
+        if ".." in value.split("/") or not REGISTRY_URL.match(value):
+            raise ValueError(
+                f"registry {value!r} must be s3://bucket[/prefix], file:///abs/path or oci://host/path"
+            )
+        return value
+
+    @field_validator("integrity_hash")
+    @classmethod
+    def _hash_shape(cls, value: str | None) -> str | None:
+        if value is not None and not SHA256_PIN.match(value):
+            raise ValueError("integrityHash must be sha256:<64 lowercase hex digits>")
+        return value
+
+    @property
+    def name(self) -> str:
+        return parse_ref(self.ref)[0]
+
+    @property
+    def version(self) -> str:
+        return parse_ref(self.ref)[1]
+
+
+class BackendSelection(_Model):
+    cluster: str = Field(description="Name of the PlntBackend to deploy onto.")
+    gpu_class: str | None = Field(default=None, alias="gpuClass")
+    gpu_count: int = Field(default=0, ge=0, le=16, alias="gpuCount")
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_is_label(cls, value: str) -> str:
+        return check_dns_label(value, what="backend cluster")
+
+
+class Replicas(_Model):
+    min: int = Field(default=1, ge=0, le=1000)
+    max: int = Field(default=1, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> "Replicas":
+        if self.min > self.max:
+            raise ValueError(f"replicas.min ({self.min}) exceeds replicas.max ({self.max})")
+        return self
+
+
+class Autoscaling(_Model):
+    target_invocations_per_second: float | None = Field(
+        default=None, gt=0, le=100_000, alias="targetInvocationsPerSecond"
+    )
+
+
+class Canary(_Model):
+    traffic_percent: int = Field(default=10, ge=0, le=100, alias="trafficPercent")
+
+
+class SmokeTest(_Model):
+    invocations: int = Field(default=10, ge=1, le=10_000)
+    p95_budget_ms: float = Field(default=2500, gt=0, le=600_000, alias="p95BudgetMs")
+    error_budget_percent: float = Field(default=1, ge=0, le=100, alias="errorBudgetPercent")
+    payload: dict[str, Any] | None = None
+
+
+class WorkflowRunSpec(_Model):
+    workflow: WorkflowRef
+    backend: BackendSelection
+    replicas: Replicas = Field(default_factory=Replicas)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+    canary: Canary = Field(default_factory=Canary)
+    smoke_test: SmokeTest = Field(default_factory=SmokeTest, alias="smokeTest")
+
+
+class Condition(_Model):
+    type: ConditionType
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: datetime = Field(alias="lastTransitionTime")
+    observed_generation: int = Field(default=0, alias="observedGeneration")
+
+
+class CanaryStatus(_Model):
+    revision: str = ""
+    traffic_percent: int = Field(default=0, alias="trafficPercent")
+
+
+class SmokeStatus(_Model):
+    invocations: int = 0
+    p50_ms: float = Field(default=0.0, alias="p50Ms")
+    p95_ms: float = Field(default=0.0, alias="p95Ms")
+    error_percent: float = Field(default=0.0, alias="errorPercent")
+    passed: bool = False
+    reason: str = ""
+
+
+class WorkflowRunStatus(_Model):
+    phase: Phase = Phase.PENDING
+    observed_generation: int = Field(default=0, alias="observedGeneration")
+    conditions: tuple[Condition, ...] = ()
+    revision: str = ""
+    endpoint: str = ""
+    spec_digest: str = Field(default="", alias="specDigest")
+    canary: CanaryStatus = Field(default_factory=CanaryStatus)
+    smoke: SmokeStatus = Field(default_factory=SmokeStatus)
+    saga_id: str = Field(default="", alias="sagaId")
+    message: str = ""
+
+
+class WorkflowRun(_Model):
+    api_version: Literal["plnt.work/v1"] = Field(default="plnt.work/v1", alias="apiVersion")
+    kind: Literal["WorkflowRun"] = "WorkflowRun"
+    metadata: ObjectMeta
+    spec: WorkflowRunSpec
+    status: WorkflowRunStatus | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _name_fits_subjects(cls, meta: ObjectMeta) -> ObjectMeta:
+        check_dns_label(meta.name, what="WorkflowRun name", max_len=MAX_RUN_NAME)
+        if meta.namespace is not None:
+            check_dns_label(meta.namespace, what="namespace")
+        return meta
+
+
+# --- PlntBackend -------------------------------------------------------------------------
+
+
+class SecretKeyRef(_Model):
+    name: str
+    namespace: str | None = None
+    key: str
+
+
+class KubernetesTarget(_Model):
+    kubeconfig_secret_ref: SecretKeyRef | None = Field(default=None, alias="kubeconfigSecretRef")
+    in_cluster: bool = Field(default=False, alias="inCluster")
+    namespace: str = "default"
+
+    @model_validator(mode="after")
+    def _one_credential_source(self) -> "KubernetesTarget":
+        if self.in_cluster == (self.kubeconfig_secret_ref is not None):
+            raise ValueError(
+                "kubernetes needs exactly one of inCluster: true or kubeconfigSecretRef"
+            )
+        return self
+
+
+class GpuClass(_Model):
+    resource_name: str = Field(alias="resourceName", examples=["nvidia.com/gpu"])
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    capacity: int = Field(default=0, ge=0)
+
+
+class LlmEndpoint(_Model):
+    base_url: str = Field(
+        alias="baseUrl", pattern=r"^https?://", examples=["https://api.openai.com/v1"]
+    )
+    model: str = Field(min_length=1)
+    api_key_secret_ref: SecretKeyRef | None = Field(default=None, alias="apiKeySecretRef")
+    api_key_env: str | None = Field(
+        default=None,
+        alias="apiKeyEnv",
+        description="Local backend: the environment variable that holds the API key.",
+    )
+
+
+class PlntBackendSpec(_Model):
+    type: Literal["local", "kubernetes"]
+    kubernetes: KubernetesTarget | None = None
+    gpu_classes: dict[str, GpuClass] = Field(default_factory=dict, alias="gpuClasses")
+    llm: LlmEndpoint | None = None
+
+    @model_validator(mode="after")
+    def _kubernetes_needs_target(self) -> "PlntBackendSpec":
+        if self.type == "kubernetes" and self.kubernetes is None:
+            raise ValueError(
+                "type kubernetes needs spec.kubernetes (inCluster or kubeconfigSecretRef)"
+            )
+        return self
+
+
+class PlntBackend(_Model):
+    api_version: Literal["plnt.work/v1"] = Field(default="plnt.work/v1", alias="apiVersion")
+    kind: Literal["PlntBackend"] = "PlntBackend"
+    metadata: ObjectMeta
+    spec: PlntBackendSpec
+
+    @field_validator("metadata")
+    @classmethod
+    def _name_is_label(cls, meta: ObjectMeta) -> ObjectMeta:
+        check_dns_label(meta.name, what="PlntBackend name")
+        return meta
+
+
+Resource = WorkflowRun | PlntBackend
+KINDS: dict[str, type[WorkflowRun] | type[PlntBackend]] = {
+    "WorkflowRun": WorkflowRun,
+    "PlntBackend": PlntBackend,
+}
+
+
+def parse_resource(document: Any) -> Resource:
+    """Validate one mapping as a plnt resource; raises ``SpecInvalid`` naming the problem."""
+    if not isinstance(document, dict):
+        raise SpecInvalid("a resource must be a mapping with apiVersion, kind, metadata and spec")
+    kind = document.get("kind")
+    api_version = document.get("apiVersion")
+    if api_version != API_VERSION:
+        raise SpecInvalid(f"apiVersion must be {API_VERSION}, not {api_version!r}")
+    model = KINDS.get(str(kind))
+    if model is None:
+        raise SpecInvalid(f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    name = (document.get("metadata") or {}).get("name", "?")
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        raise SpecInvalid(f"{kind} {name!r}: {describe_validation_error(exc)}") from None
+    except SpecInvalid as exc:
+        raise SpecInvalid(f"{kind} {name!r}: {exc}") from None

@@ -1,0 +1,45 @@
+"""The router table: one ``plnt-routes`` KV entry per workflow, written by the promoter.
+
+Key: ``<namespace>.<name>``. The router watches the bucket and never reads it per request.
+"""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RouteTarget(BaseModel):
+    """One revision the router may send a call to."""
+
+    model_config = ConfigDict(frozen=True)
+
+    revision: str = Field(
+        description="Revision label, echoed in x-plnt-revision.", examples=["1.2.0-g1"]
+    )
+    url: str = Field(
+        description="Base URL of the runner serving this revision.",
+        examples=["http://127.0.0.1:39001"],
+    )
+    saga_id: str = Field(default="", description="Saga that installed this revision.")
+
+
+class RouteEntry(BaseModel):
+    """Stable and canary of one workflow; ``canary_weight`` percent of calls go to the canary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    name: str
+    endpoint: str = Field(default="", description="Public URL consumers call.")
+    stable: RouteTarget | None = None
+    canary: RouteTarget | None = None
+    canary_weight: int = Field(default=0, ge=0, le=100)
+    restored_saga_id: str = Field(
+        default="",
+        description="Newest saga whose canary was taken out; its late canary is never routed.",
+    )
+
+    def has_ready_target(self) -> bool:
+        return self.stable is not None or (self.canary is not None and self.canary_weight > 0)
+
+
+def route_key(namespace: str, name: str) -> str:
+    return f"{namespace}.{name}"

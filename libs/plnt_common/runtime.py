@@ -1,0 +1,31 @@
+"""Process entry for every service: logging, signals and a graceful stop.
+
+SIGTERM and SIGINT set one ``stop`` event; the service stops fetching, lets in-flight
+handlers finish and ack, drains its connection, and returns.
+"""
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+
+from plnt_common.logs import configure_logging, get_logger
+from plnt_common.settings import CommonSettings
+
+ServiceBody = Callable[[asyncio.Event], Awaitable[None]]
+
+
+def run_service(name: str, settings: CommonSettings, body: ServiceBody) -> None:
+    """Run ``body(stop)`` until it returns; a signal sets ``stop``."""
+    configure_logging(level=settings.log_level, fmt=settings.log_format, service=name)
+    log = get_logger(name)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("service.starting", nats=settings.nats_url)
+        await body(stop)
+        log.info("service.stopped")
+
+    asyncio.run(main())

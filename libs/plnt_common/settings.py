@@ -1,0 +1,39 @@
+"""Settings shared by every service; each service subclasses with its own env prefix.
+
+``PLNT_NATS_URL`` is read by every service, ``PLNT_LOG_LEVEL`` and ``PLNT_LOG_FORMAT`` by
+all of them too. Service settings use ``PLNT_<SERVICE>_``. No module reads ``os.environ``.
+"""
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+class CommonSettings(BaseSettings):
+    """Settings every process reads, without a service prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="PLNT_", extra="ignore")
+
+    nats_url: str = Field(
+        default=DEFAULT_NATS_URL,
+        validation_alias=AliasChoices("PLNT_NATS_URL", "nats_url"),
+        description="NATS server URL(s), comma separated.",
+    )
+    log_level: str = Field(
+        default="info",
+        validation_alias=AliasChoices("PLNT_LOG_LEVEL", "log_level"),
+        description="debug, info, warning or error.",
+    )
+    log_format: Literal["json", "console"] = Field(
+        default="json",
+        validation_alias=AliasChoices("PLNT_LOG_FORMAT", "log_format"),
+        description="json for machines (default), console for people.",
+    )
+    router_public_url: str = Field(
+        default="http://127.0.0.1:8080",
+        validation_alias=AliasChoices("PLNT_ROUTER_PUBLIC_URL", "router_public_url"),
+        description="Base URL consumers use to reach the router; status.endpoint starts with it.",
+    )

@@ -1,0 +1,68 @@
+"""Phases, condition types and reasons of a WorkflowRun, reused by the CRD status."""
+
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    """Where a WorkflowRun's saga stands."""
+
+    PENDING = "Pending"
+    """Accepted; the saga has not started."""
+    PULLING = "Pulling"
+    """The puller fetches, verifies and validates the spec."""
+    INSTALLING = "Installing"
+    """The installer brings up the canary runner."""
+    SMOKING = "Smoking"
+    """The smoke service tests the canary against its budgets."""
+    PROMOTING = "Promoting"
+    """The promoter moves all traffic to the canary."""
+    READY = "Ready"
+    """The new revision serves 100% of traffic."""
+    ROLLING_BACK = "RollingBack"
+    """The canary is being removed; the previous revision keeps serving."""
+    ROLLED_BACK = "RolledBack"
+    """The canary is gone; the previous revision serves."""
+    FAILED = "Failed"
+    """The saga stopped; nothing was left to compensate."""
+    DELETING = "Deleting"
+    """Routes and releases are being removed before the resource goes away."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_PHASES
+
+
+TERMINAL_PHASES = frozenset({Phase.READY, Phase.ROLLED_BACK, Phase.FAILED})
+
+
+class ConditionType(StrEnum):
+    """Kubernetes-shaped conditions a WorkflowRun reports."""
+
+    SPEC_PULLED = "SpecPulled"
+    """The spec was fetched, verified and stored by digest."""
+    CANARY_INSTALLED = "CanaryInstalled"
+    """The canary runner is up."""
+    SMOKE_PASSED = "SmokePassed"
+    """The canary met its latency and error budgets."""
+    PROMOTED = "Promoted"
+    """All traffic goes to the new revision."""
+    READY = "Ready"
+    """The run serves its current generation."""
+
+
+class Reason(StrEnum):
+    """Machine-readable reasons on conditions and failure events."""
+
+    PROGRESSING = "Progressing"
+    SUCCEEDED = "Succeeded"
+    SPEC_INVALID = "SpecInvalid"
+    SPEC_NOT_FOUND = "SpecNotFound"
+    INTEGRITY_MISMATCH = "IntegrityMismatch"
+    REGISTRY_UNAVAILABLE = "RegistryUnavailable"
+    BACKEND_UNAVAILABLE = "BackendUnavailable"
+    INSTALL_FAILED = "InstallFailed"
+    SMOKE_FAILED = "SmokeFailed"
+    SUPERSEDED = "Superseded"
+    STEP_TIMED_OUT = "StepTimedOut"
+    DELIVERY_EXHAUSTED = "DeliveryExhausted"
+    DELETED = "Deleted"

@@ -1,0 +1,194 @@
+"""A fake OpenAI-compatible LLM server: a real aiohttp server on a free loopback port.
+
+It implements what plnt depends on from the chat completions API: ``POST
+/v1/chat/completions`` (plain, and streamed as ``text/event-stream`` chunks ending in
+``data: [DONE]``) and ``GET /v1/models``, with bearer auth, a fixed latency, a failure mode
+and a request counter. It is for tests and demos; it understands no prompt and generates
+nothing: the reply is a fixed text, or whatever ``reply`` computes from the messages.
+
+    async with FakeLLM(latency_s=0.05, api_key="sk-test") as llm:
+        settings = RunnerSettings(workflow_file=..., llm_base_url=llm.base_url, ...)
+"""
+
+import asyncio
+import json
+import re
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+Replier = Callable[[Sequence[dict[str, Any]]], str]
+_CHUNK = re.compile(r"\S+\s*")
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """One chat completions request as the fake saw it."""
+
+    body: dict[str, Any]
+    authorization: str
+
+
+def echo_reply(messages: Sequence[dict[str, Any]]) -> str:
+    """The default reply: names the fake and quotes the start of the last user message."""
+    user = next(
+        (str(m.get("content", "")) for m in reversed(messages) if m.get("role") == "user"), ""
+    )
+    return f"fake reply to: {user[:120]}"
+
+
+class FakeLLM:
+    """An async context manager running the fake server; ``base_url`` ends in ``/v1``.
+
+    ``reply`` is a fixed text or a function of the messages. ``fail_status`` (settable while
+    running) makes every chat request answer that status with an OpenAI-style error body.
+    ``chunk_delay_s`` spaces streamed chunks. ``request_count`` counts chat requests
+    (including refused ones); ``received`` keeps the last 100 of them.
+    """
+
+    def __init__(
+        self,
+        *,
+        latency_s: float = 0.0,
+        api_key: str = "",
+        reply: str | Replier = echo_reply,
+        fail_status: int | None = None,
+        chunk_delay_s: float = 0.0,
+        models: Sequence[str] = ("fake-model",),
+    ) -> None:
+        self.latency_s = latency_s
+        self.api_key = api_key
+        self.reply = reply
+        self.fail_status = fail_status
+        self.chunk_delay_s = chunk_delay_s
+        self.models = tuple(models)
+        self.request_count = 0
+        self.received: deque[ReceivedRequest] = deque(maxlen=100)
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+
+    @property
+    def base_url(self) -> str:
+        if self._runner is None:
+            raise RuntimeError("FakeLLM is not running: use `async with FakeLLM(...) as llm`")
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    async def __aenter__(self) -> "FakeLLM":
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._list_models)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self._port = int(sock.getsockname()[1])
+        await web.SockSite(self._runner, sock).start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _unauthorized(self, request: web.Request) -> web.Response | None:
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return _error(401, "invalid_api_key", "Incorrect API key provided.")
+        return None
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        refused = self._unauthorized(request)
+        if refused is not None:
+            return refused
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "plnt"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.request_count += 1
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "invalid_request_error", "body is not JSON")
+        self.received.append(ReceivedRequest(body, request.headers.get("Authorization", "")))
+        refused = self._unauthorized(request)
+        if refused is not None:
+            return refused
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if self.fail_status is not None:
+            return _error(self.fail_status, "server_error", "The fake LLM is set to fail.")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "invalid_request_error", "messages must be a non-empty list")
+        text = self.reply if isinstance(self.reply, str) else self.reply(messages)
+        model = str(body.get("model", self.models[0]))
+        if body.get("stream"):
+            return await self._stream(request, model, text)
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        completion_tokens = len(text.split())
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
+
+    async def _stream(self, request: web.Request, model: str, text: str) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+
+        def chunk(delta: dict[str, str], finish_reason: str | None) -> bytes:
+            data = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            }
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        await response.write(chunk({"role": "assistant", "content": ""}, None))
+        for piece in _CHUNK.findall(text):
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+            await response.write(chunk({"content": piece}, None))
+        await response.write(chunk({}, "stop"))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _error(status: int, kind: str, message: str) -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "param": None, "code": kind}}, status=status
+    )

@@ -1,0 +1,154 @@
+"""The microagents ``Workflow`` spec (microagents.dev/v1) as pulled from a registry.
+
+Valid means: unique step ids, every dep exists, no cycles, known tools, bounded sizes.
+``parse_workflow`` is the one entry point from bytes; it raises ``SpecInvalid`` with a
+message naming the problem.
+"""
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from plnt_common.errors import SpecInvalid
+from plnt_common.names import SEMVER, check_dns_label
+
+MAX_SPEC_BYTES = 256 * 1024
+MAX_STEPS = 64
+MAX_DEPS = 32
+
+KNOWN_TOOLS = frozenset(
+    {"llm.classify", "rag.query", "llm.generate", "policy.moderate", "http.request"}
+)
+"""Tools the runner implements; a spec naming any other tool is refused at pull time."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class WorkflowMetadata(_Frozen):
+    name: str
+    version: str
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_label(cls, value: str) -> str:
+        return check_dns_label(value, what="workflow name", max_len=40)
+
+    @field_validator("version")
+    @classmethod
+    def _version_is_semver(cls, value: str) -> str:
+        if not SEMVER.match(value):
+            raise ValueError(f"version {value!r} is not semver")
+        return value
+
+
+class Runtime(_Frozen):
+    image: str = Field(min_length=1, max_length=512)
+    entrypoint: str = Field(min_length=1, max_length=1024)
+
+
+class Step(_Frozen):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
+    tool: str
+    deps: tuple[str, ...] = Field(default=(), max_length=MAX_DEPS)
+    with_: Mapping[str, Any] = Field(default_factory=dict, alias="with")
+
+    @field_validator("tool")
+    @classmethod
+    def _tool_is_known(cls, value: str) -> str:
+        if value not in KNOWN_TOOLS:
+            raise ValueError(f"unknown tool {value!r} (known: {', '.join(sorted(KNOWN_TOOLS))})")
+        return value
+
+
+class Requirements(_Frozen):
+    gpu_class: str | None = Field(default=None, alias="gpuClass")
+    gpu_count: int = Field(default=0, ge=0, le=16, alias="gpuCount")
+    memory_gib: int = Field(default=1, ge=1, le=2048, alias="memoryGiB")
+
+
+class WorkflowSpec(_Frozen):
+    description: str = Field(default="", max_length=4096)
+    runtime: Runtime
+    steps: tuple[Step, ...] = Field(min_length=1, max_length=MAX_STEPS)
+    requirements: Requirements = Field(default_factory=Requirements)
+
+    @model_validator(mode="after")
+    def _steps_form_a_dag(self) -> "WorkflowSpec":
+        topological_order(self.steps)
+        return self
+
+
+class Workflow(_Frozen):
+    api_version: Literal["microagents.dev/v1"] = Field(alias="apiVersion")
+    kind: Literal["Workflow"]
+    metadata: WorkflowMetadata
+    spec: WorkflowSpec
+
+
+def topological_order(steps: tuple[Step, ...]) -> list[str]:
+    """Step ids in an order where deps come first; raises ``ValueError`` on a broken DAG."""
+    ids = [step.id for step in steps]
+    seen: set[str] = set()
+    for step_id in ids:
+        if step_id in seen:
+            raise ValueError(f"duplicate step id {step_id!r}")
+        seen.add(step_id)
+    deps = {step.id: step.deps for step in steps}
+    for step in steps:
+        for dep in step.deps:
+            if dep not in seen:
+                raise ValueError(f"step {step.id!r} depends on unknown step {dep!r}")
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(node: str, path: list[str]) -> None:
+        if state.get(node) == 2:
+            return
+        if state.get(node) == 1:
+            cycle = [*path[path.index(node) :], node]
+            raise ValueError(f"steps form a cycle: {' -> '.join(cycle)}")
+        state[node] = 1
+        for dep in deps[node]:
+            visit(dep, [*path, node])
+        state[node] = 2
+        order.append(node)
+
+    for step_id in ids:
+        visit(step_id, [])
+    return order
+
+
+def spec_digest(raw: bytes) -> str:
+    """The content address of a spec file: ``sha256:<hex>`` of its bytes."""
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def parse_workflow(raw: bytes) -> Workflow:
+    """Parse and validate spec bytes; raises ``SpecInvalid`` naming the first problem."""
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecInvalid(f"spec is {len(raw)} bytes, over the {MAX_SPEC_BYTES}-byte bound")
+    try:
+        document = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise SpecInvalid(f"spec is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(document, dict):
+        raise SpecInvalid("spec must be a YAML mapping with apiVersion, kind, metadata, spec")
+    try:
+        return Workflow.model_validate(document)
+    except ValidationError as exc:
+        raise SpecInvalid(f"spec is invalid: {describe_validation_error(exc)}") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, ``field.path: message``, for users rather than developers."""
+    parts = []
+    for error in exc.errors():
+        location = ".".join(str(p) for p in error["loc"] if p not in ("function-after",))
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{location}: {message}" if location else message)
+    return "; ".join(parts)

@@ -1,0 +1,3 @@
+from plnt_cli.main import main
+
+main()

@@ -1,0 +1,294 @@
+"""The CLI's commands that talk to a running stack over the bus and the router."""
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from nats.js.errors import NoKeysError
+
+from plnt_cli import render
+from plnt_cli.documents import parse_documents, read_documents
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.history import read_events
+from plnt_common.errors import PlntError, ResourceNotFound, SpecInvalid
+from plnt_common.projection import OPENING_EVENTS, RunProjection, apply_event, empty_projection
+from plnt_common.resource_store import PLURALS, ResourceStore
+from plnt_common.status import TERMINAL_PHASES
+
+KIND_ALIASES = {
+    "workflowrun": "WorkflowRun",
+    "workflowruns": "WorkflowRun",
+    "wr": "WorkflowRun",
+    "backend": "PlntBackend",
+    "backends": "PlntBackend",
+    "plntbackend": "PlntBackend",
+    "plntbackends": "PlntBackend",
+}
+
+
+def resolve_kind(word: str) -> str:
+    kind = KIND_ALIASES.get(word.lower())
+    if kind is None:
+        raise SpecInvalid(f"unknown resource type {word!r} (use workflowruns or backends)")
+    return kind
+
+
+def namespace_of(kind: str, namespace: str) -> str | None:
+    return namespace if kind == "WorkflowRun" else None
+
+
+@dataclass
+class Session:
+    """One connection to the stack for the length of a command."""
+
+    bus: Bus
+    store: ResourceStore
+
+    @classmethod
+    async def open(cls, nats_url: str) -> "Session":
+        bus = await Bus.open(nats_url, service="cli")
+        return cls(bus=bus, store=ResourceStore(bus.resources))
+
+    async def close(self) -> None:
+        await self.bus.close()
+
+
+async def apply(session: Session, *, path: str, namespace: str | None) -> list[str]:
+    resources = parse_documents(read_documents(path), namespace=namespace)
+    lines = []
+    for resource in resources:
+        _, outcome = await session.store.apply(resource)
+        lines.append(f"{resource.kind.lower()}.plnt.work/{resource.metadata.name} {outcome}")
+    return lines
+
+
+async def get(
+    session: Session, *, kind_word: str, name: str | None, namespace: str, output: str | None
+) -> str:
+    kind = resolve_kind(kind_word)
+    ns = namespace_of(kind, namespace)
+    if name:
+        stored = await session.store.get(kind, ns, name)
+        if stored is None:
+            raise ResourceNotFound(
+                f"{PLURALS[kind]} {name!r} not found" + (f" in namespace {ns!r}" if ns else "")
+            )
+        bodies = [stored.body]
+    else:
+        bodies = [o.body for o in await session.store.list(kind, ns)]
+    if output:
+        return render.as_document(bodies[0], output) if name else render.as_list(bodies, output)
+    if not bodies:
+        return f"No {PLURALS[kind]} found" + (f" in namespace {ns}." if ns else ".")
+    return render.workflowrun_rows(bodies) if kind == "WorkflowRun" else render.backend_rows(bodies)
+
+
+async def delete(
+    session: Session, *, kind_word: str, name: str, namespace: str, wait_s: float, say: Any
+) -> None:
+    kind = resolve_kind(kind_word)
+    ns = namespace_of(kind, namespace)
+    outcome = await session.store.delete(kind, ns, name)
+    kind_label = f"{kind.lower()}.plnt.work/{name}"
+    if outcome == "deleted" or wait_s <= 0:
+        say(f"{kind_label} {'deleted' if outcome == 'deleted' else 'deletion requested'}")
+        return
+    say(f"{kind_label} deletion requested; removing routes and releases…")
+    await wait_until_gone(session, kind=kind, namespace=ns, name=name, timeout_s=wait_s)
+    say(f"{kind_label} deleted")
+
+
+async def wait_until_gone(
+    session: Session, *, kind: str, namespace: str | None, name: str, timeout_s: float
+) -> None:
+    async def gone() -> None:
+        async for stored in session.store.watch_object(kind, namespace, name):
+            if stored is None:
+                return
+
+    try:
+        await asyncio.wait_for(gone(), timeout=timeout_s)
+    except TimeoutError:
+        raise PlntError(f"{name} still exists after {timeout_s:g}s") from None
+
+
+def parse_condition(text: str) -> tuple[str, str]:
+    """``phase=Ready`` or ``delete``."""
+    if text == "delete":
+        return "delete", ""
+    key, sep, value = text.partition("=")
+    if not sep or key != "phase" or not value:
+        raise SpecInvalid(f"--for {text!r}: use phase=<Phase> or delete")
+    return key, value
+
+
+def parse_duration(text: str) -> float:
+    """``60s``, ``2m``, ``1h`` or a number of seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise SpecInvalid(f"--timeout {text!r}: use a duration like 60s, 2m or 90") from None
+
+
+async def wait_for_phase(
+    session: Session, *, name: str, namespace: str, phase: str, timeout_s: float, say: Any
+) -> dict[str, Any]:
+    """Wait until the run's phase is ``phase`` for its current generation.
+
+    Fails at once when the run settles in another final phase for that generation.
+    """
+    last_phase = ""
+
+    async def watch() -> dict[str, Any]:
+        nonlocal last_phase
+        async for stored in session.store.watch_object("WorkflowRun", namespace, name):
+            if stored is None:
+                raise ResourceNotFound(
+                    f"workflowruns {name!r} not found in namespace {namespace!r}"
+                )
+            status = stored.body.get("status") or {}
+            current = status.get("phase", "Pending")
+            current_generation = (
+                status.get("observedGeneration", 0) == stored.body["metadata"]["generation"]
+            )
+            if current != last_phase:
+                say(
+                    f"{name}: {current}"
+                    + (f" ({status['message']})" if status.get("message") else "")
+                )
+                last_phase = current
+            if current == phase and current_generation:
+                return stored.body
+            if current_generation and current in {p.value for p in TERMINAL_PHASES}:
+                raise PlntError(f"{name} ended {current}, not {phase}: {status.get('message', '')}")
+        raise ResourceNotFound(f"workflowruns {name!r} disappeared")
+
+    try:
+        return await asyncio.wait_for(watch(), timeout=timeout_s)
+    except TimeoutError:
+        raise PlntError(
+            f"timed out after {timeout_s:g}s waiting for {name} to be {phase} (last phase: {last_phase or 'unknown'})"
+        ) from None
+
+
+async def history(session: Session, *, name: str, namespace: str) -> str:
+    rows = []
+    first: float | None = None
+    previous: dict[str, float] = {}
+    async for stored in read_events(
+        session.bus.js, filter_subject=subjects.run_filter(namespace, name)
+    ):
+        event = stored.event
+        if event is None:
+            rows.append([str(stored.sequence), "-", "-", "-", "(undecodable)", stored.problem])
+            continue
+        at = event.time.timestamp()
+        first = at if first is None else first
+        step = at - previous.get(event.sagaid, at)
+        previous[event.sagaid] = at
+        rows.append(
+            [
+                str(stored.sequence),
+                event.time.strftime("%H:%M:%S.%f")[:-3],
+                f"+{at - first:.3f}s",
+                f"{step * 1000:.0f} ms",
+                event.sagaid,
+                event.event_type.value,
+                _detail(event.data),
+            ]
+        )
+    if not rows:
+        raise ResourceNotFound(f"no events for {namespace}/{name} in the stream")
+    return render.table(["SEQ", "TIME", "SINCE START", "STEP", "SAGA", "EVENT", "DETAIL"], rows)
+
+
+def _detail(data: dict[str, Any]) -> str:
+    for key in ("message", "revision"):
+        if data.get(key):
+            return str(data[key])[:80]
+    if "figures" in data:
+        return str(data["figures"].get("reason", ""))[:80]
+    if "canary" in data:
+        return str(data["canary"].get("url", ""))
+    if "spec_digest" in data:
+        return str(data["spec_digest"])[:23] + "…"
+    return ""
+
+
+@dataclass(frozen=True)
+class ReplayStats:
+    events: int
+    runs: int
+    seconds: float
+
+
+async def replay(session: Session) -> ReplayStats:
+    """Rebuild ``plnt-runs`` from the stream alone, the same fold the watcher applies."""
+    started = time.perf_counter()
+    projections: dict[str, RunProjection] = {}
+    count = 0
+    async for stored in read_events(session.bus.js):
+        count += 1
+        event = stored.event
+        if event is None:
+            continue
+        key = f"{event.namespace}.{event.name}"
+        current = projections.get(key)
+        if current is None:
+            if event.event_type not in OPENING_EVENTS:
+                continue
+            current = empty_projection(event.namespace, event.name)
+        updated = apply_event(current, event)
+        if updated.removed:
+            projections.pop(key, None)
+        else:
+            projections[key] = updated
+    for key in await _keys(session):
+        if key not in projections:
+            await session.bus.runs.purge(key)
+    for key, projection in projections.items():
+        await session.bus.runs.put(key, projection.model_dump_json().encode())
+    return ReplayStats(events=count, runs=len(projections), seconds=time.perf_counter() - started)
+
+
+async def _keys(session: Session) -> list[str]:
+    try:
+        return list(await session.bus.runs.keys())
+    except NoKeysError:
+        return []
+
+
+async def invoke(
+    session: Session, *, name: str, namespace: str, data: str, stream: bool
+) -> tuple[int, str, str]:
+    """POST ``data`` to the run's endpoint; returns (status, revision, body text)."""
+    try:
+        body = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise SpecInvalid(f"--data is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    stored = await session.store.get("WorkflowRun", namespace, name)
+    if stored is None:
+        raise ResourceNotFound(f"workflowruns {name!r} not found in namespace {namespace!r}")
+    endpoint = (stored.body.get("status") or {}).get("endpoint")
+    if not endpoint:
+        phase = (stored.body.get("status") or {}).get("phase", "Pending")
+        raise PlntError(
+            f"{name} has no endpoint yet (phase {phase}); try `plnt wait workflowrun {name} --for phase=Ready`"
+        )
+    headers = {"Accept": "text/event-stream"} if stream else {}
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(endpoint, json=body, headers=headers) as response,
+        ):
+            text = await response.text()
+            return response.status, response.headers.get("x-plnt-revision", ""), text
+    except aiohttp.ClientError as exc:
+        raise PlntError(f"cannot reach the router at {endpoint}: {exc}") from None

@@ -1,0 +1,248 @@
+"""``plnt``: argument parsing and the one place errors become a single line for the user."""
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from plnt_cli import commands
+from plnt_cli.locate import resolve_nats_url
+from plnt_cli.serve import SERVICES, service_main
+from plnt_common.errors import PlntError
+from plnt_common.logs import configure_logging
+from plnt_common.names import DEFAULT_NAMESPACE
+
+T = TypeVar("T")
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="plnt", description="Ship AI agent workflows: deploy saga, router and runner."
+    )
+    parser.add_argument(
+        "--nats", help="NATS URL (default: PLNT_NATS_URL, else the running `plnt up`)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", help="run the embedded stack in the foreground")
+    up.add_argument("--data-dir", type=Path, help="store and logs (default ~/.plnt/data)")
+    up.add_argument(
+        "--router-port", type=int, help="router port (default 8080, or a free one if taken)"
+    )
+    up.add_argument(
+        "--nats-port", type=int, help="NATS port (default 4222, or a free one if taken)"
+    )
+    up.add_argument(
+        "--replicas", type=int, default=1, help="replicas of each saga service (default 1)"
+    )
+
+    demo = sub.add_parser("demo", help="up + publish the example + apply + wait + invoke + print")
+    demo.add_argument(
+        "--data-dir", type=Path, help="keep state here instead of a fresh temporary dir"
+    )
+    demo.add_argument("--router-port", type=int)
+    demo.add_argument("--nats-port", type=int)
+    demo.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+
+    apply = sub.add_parser("apply", help="create or update resources from a file")
+    apply.add_argument("-f", "--filename", required=True, help="YAML or JSON file, or - for stdin")
+    apply.add_argument("-n", "--namespace", default=None)
+
+    get = sub.add_parser("get", help="list or show workflowruns or backends")
+    get.add_argument(
+        "kind", nargs="?", default="workflowruns", help="workflowruns (wr) or backends"
+    )
+    get.add_argument("name", nargs="?")
+    get.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+    get.add_argument("-o", "--output", choices=["json", "yaml"])
+
+    delete = sub.add_parser("delete", help="delete a workflowrun (waits for cleanup) or backend")
+    delete.add_argument("kind")
+    delete.add_argument("name")
+    delete.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+    delete.add_argument(
+        "--timeout", default="60s", help="how long to wait for cleanup; 0 = do not wait"
+    )
+
+    wait = sub.add_parser("wait", help="wait for a workflowrun phase")
+    wait.add_argument("kind")
+    wait.add_argument("name")
+    wait.add_argument("--for", dest="condition", required=True, help="phase=<Phase> or delete")
+    wait.add_argument("--timeout", default="60s")
+    wait.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+
+    history = sub.add_parser("history", help="the event timeline of a workflowrun, from the stream")
+    history.add_argument("name")
+    history.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+
+    sub.add_parser("replay", help="rebuild the plnt-runs projection from the stream")
+
+    invoke = sub.add_parser("invoke", help="call a workflow through the router")
+    invoke.add_argument("name")
+    invoke.add_argument("--data", default="{}", help="JSON body, or @file")
+    invoke.add_argument("--stream", action="store_true", help="ask for server-sent events")
+    invoke.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+
+    serve = sub.add_parser("serve", help="run one service in the foreground")
+    serve.add_argument("service", choices=sorted(SERVICES))
+    return parser
+
+
+async def with_session(
+    nats_flag: str | None, work: Callable[[commands.Session], Awaitable[T]]
+) -> T:
+    session = await commands.Session.open(resolve_nats_url(nats_flag))
+    try:
+        return await work(session)
+    finally:
+        await session.close()
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    command = args.command
+    if command == "serve":
+        service_main(args.service)()
+        return 0
+    if command == "up":
+        from plnt_cli.up import run_up, stack_config
+
+        config = stack_config(
+            data_dir=args.data_dir,
+            nats_port=args.nats_port,
+            router_port=args.router_port,
+            replicas=args.replicas,
+            say=say,
+        )
+        return run_up(config, say=say)
+    if command == "demo":
+        from plnt_cli.demo import run_demo
+
+        return run_demo(
+            data_dir=args.data_dir,
+            nats_port=args.nats_port,
+            router_port=args.router_port,
+            keep=args.keep,
+            say=say,
+        )
+    return asyncio.run(dispatch_bus_command(args))
+
+
+async def dispatch_bus_command(args: argparse.Namespace) -> int:
+    nats: str | None = args.nats
+    command = args.command
+    if command == "apply":
+        lines = await with_session(
+            nats, lambda s: commands.apply(s, path=args.filename, namespace=args.namespace)
+        )
+        for line in lines:
+            say(line)
+    elif command == "get":
+        say(
+            await with_session(
+                nats,
+                lambda s: commands.get(
+                    s,
+                    kind_word=args.kind,
+                    name=args.name,
+                    namespace=args.namespace,
+                    output=args.output,
+                ),
+            )
+        )
+    elif command == "delete":
+        timeout = commands.parse_duration(args.timeout)
+        await with_session(
+            nats,
+            lambda s: commands.delete(
+                s,
+                kind_word=args.kind,
+                name=args.name,
+                namespace=args.namespace,
+                wait_s=timeout,
+                say=say,
+            ),
+        )
+    elif command == "wait":
+        return await wait_command(args)
+    elif command == "history":
+        say(
+            await with_session(
+                nats, lambda s: commands.history(s, name=args.name, namespace=args.namespace)
+            )
+        )
+    elif command == "replay":
+        stats = await with_session(nats, commands.replay)
+        rate = stats.events / stats.seconds if stats.seconds else 0.0
+        say(
+            f"replayed {stats.events} events into {stats.runs} runs in {stats.seconds:.2f}s ({rate:,.0f} events/s)"
+        )
+    elif command == "invoke":
+        return await invoke_command(args)
+    return 0
+
+
+async def wait_command(args: argparse.Namespace) -> int:
+    kind = commands.resolve_kind(args.kind)
+    if kind != "WorkflowRun":
+        raise PlntError("wait works on workflowruns")
+    key, value = commands.parse_condition(args.condition)
+    timeout = commands.parse_duration(args.timeout)
+
+    async def work(session: commands.Session) -> None:
+        if key == "delete":
+            await commands.wait_until_gone(
+                session, kind=kind, namespace=args.namespace, name=args.name, timeout_s=timeout
+            )
+            say(f"workflowrun.plnt.work/{args.name} deleted")
+        else:
+            await commands.wait_for_phase(
+                session,
+                name=args.name,
+                namespace=args.namespace,
+                phase=value,
+                timeout_s=timeout,
+                say=say,
+            )
+            say(f"workflowrun.plnt.work/{args.name} condition met")
+
+    await with_session(args.nats, work)
+    return 0
+
+
+async def invoke_command(args: argparse.Namespace) -> int:
+    data = args.data
+    if data.startswith("@"):
+        path = Path(data[1:])
+        if not path.is_file():
+            raise PlntError(f"--data {data}: no such file")
+        data = path.read_text()
+
+    async def work(session: commands.Session) -> tuple[int, str, str]:
+        return await commands.invoke(
+            session, name=args.name, namespace=args.namespace, data=data, stream=args.stream
+        )
+
+    status, revision, text = await with_session(args.nats, work)
+    say(text.rstrip())
+    print(f"(HTTP {status}, revision {revision or '-'})", file=sys.stderr)
+    return 0 if status < 400 else 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.command != "serve":  # services configure their own logging
+        configure_logging(level="warning", fmt="console")
+    try:
+        code = dispatch(args)
+    except PlntError as exc:
+        print(f"plnt: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)

@@ -1,0 +1,79 @@
+"""How the CLI prints objects: kubectl-like tables, or the object as JSON or YAML."""
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+
+
+def age(timestamp: str | None, *, now: datetime | None = None) -> str:
+    if not timestamp:
+        return "-"
+    then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
+    if seconds < 120:
+        return f"{max(seconds, 0)}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["   ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += [
+        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    return "\n".join(lines)
+
+
+def workflowrun_rows(objects: list[dict[str, Any]]) -> str:
+    rows = []
+    for body in objects:
+        status = body.get("status") or {}
+        canary = status.get("canary") or {}
+        percent = canary.get("trafficPercent") or 0
+        rows.append(
+            [
+                body["metadata"]["name"],
+                status.get("phase", "Pending"),
+                status.get("revision") or "-",
+                f"{percent}%" if canary.get("revision") else "-",
+                status.get("endpoint") or "-",
+                age(body["metadata"].get("creationTimestamp")),
+            ]
+        )
+    return table(["NAME", "PHASE", "REVISION", "CANARY", "ENDPOINT", "AGE"], rows)
+
+
+def backend_rows(objects: list[dict[str, Any]]) -> str:
+    rows = []
+    for body in objects:
+        spec = body["spec"]
+        llm = spec.get("llm") or {}
+        rows.append(
+            [
+                body["metadata"]["name"],
+                spec["type"],
+                ",".join(sorted(spec.get("gpuClasses") or {})) or "-",
+                llm.get("model") or "offline",
+                age(body["metadata"].get("creationTimestamp")),
+            ]
+        )
+    return table(["NAME", "TYPE", "GPU CLASSES", "LLM", "AGE"], rows)
+
+
+def as_document(body: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(body, indent=2)
+    return yaml.safe_dump(body, sort_keys=False).rstrip()
+
+
+def as_list(bodies: list[dict[str, Any]], fmt: str) -> str:
+    listing = {"apiVersion": "v1", "kind": "List", "items": bodies}
+    return as_document(listing, fmt)

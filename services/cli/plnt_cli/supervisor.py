@@ -1,0 +1,201 @@
+"""The embedded stack of ``plnt up``: nats-server and every service as its own process.
+
+A dead service is restarted with exponential back-off and the restart is logged. On
+Linux each child gets a parent-death signal, so even a ``kill -9`` of ``plnt up`` leaves
+no server or service behind; runner processes follow the ``plnt up`` pid themselves.
+"""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from plnt_common.processes import die_with_parent
+from plnt_common.testing.nats_server import NatsServer, free_port, port_is_free
+from plnt_local_backend import stop_all_runners
+
+SAGA_SERVICES = ("watcher", "puller", "installer", "smoke", "promoter")
+SINGLETONS = ("local-backend", "router")
+"""One per node: the process supervisor and the router own a data dir and a port."""
+
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+HEALTHY_AFTER_S = 30.0
+"""A service that stayed up this long starts its back-off from the beginning again."""
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    next_start_at: float = 0.0
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C reaches plnt up only; it stops children in order
+                preexec_fn=die_with_parent,
+            )
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process else 0
+
+
+@dataclass
+class StackConfig:
+    data_dir: Path
+    nats_port: int
+    router_port: int
+    replicas: int = 1
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self.nats_port}"
+
+    @property
+    def router_url(self) -> str:
+        return f"http://127.0.0.1:{self.router_port}"
+
+
+def choose_port(requested: int | None, default: int, what: str, say: Callable[[str], None]) -> int:
+    """The requested port, or the default, or (when the default is taken) a free one."""
+    if requested is not None:
+        if not port_is_free(requested):
+            raise SystemExit(f"plnt: port {requested} for {what} is already in use")
+        return requested
+    if port_is_free(default):
+        return default
+    chosen = free_port()
+    say(f"port {default} is taken, so {what} listens on {chosen}")
+    return chosen
+
+
+class Supervisor:
+    """Starts, watches and stops the stack's processes."""
+
+    def __init__(self, config: StackConfig, *, say: Callable[[str], None]) -> None:
+        self.config = config
+        self._say = say
+        self._nats = NatsServer(store_dir=config.data_dir / "nats", port=config.nats_port)
+        self._services: list[ManagedProcess] = []
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.config.data_dir / "logs"
+
+    def _env(self) -> dict[str, str]:
+        config = self.config
+        env = dict(os.environ)
+        env.update(
+            {
+                "PLNT_NATS_URL": config.nats_url,
+                "PLNT_ROUTER_HOST": "127.0.0.1",
+                "PLNT_ROUTER_PORT": str(config.router_port),
+                "PLNT_ROUTER_PUBLIC_URL": os.environ.get(
+                    "PLNT_ROUTER_PUBLIC_URL", config.router_url
+                ),
+                "PLNT_LOCAL_BACKEND_DATA_DIR": str(config.data_dir / "local-backend"),
+                "PLNT_LOCAL_BACKEND_OWNER_PID": str(os.getpid()),
+                "PLNT_LOG_FORMAT": "json",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(config.extra_env)
+        return env
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._nats.start()
+        env = self._env()
+        names = [*SINGLETONS, *(s for s in SAGA_SERVICES for _ in range(self.config.replicas))]
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+            label = (
+                name
+                if self.config.replicas == 1 or name in SINGLETONS
+                else f"{name}-{counts[name]}"
+            )
+            service = ManagedProcess(
+                name=label,
+                argv=[sys.executable, "-m", "plnt_cli", "serve", name],
+                env=env,
+                log_path=self.log_dir / f"{label}.log",
+            )
+            service.start()
+            self._services.append(service)
+        self._thread = threading.Thread(target=self._watch, name="plnt-supervisor", daemon=True)
+        self._thread.start()
+
+    def services(self) -> list[ManagedProcess]:
+        return list(self._services)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.2):
+            with self._lock:
+                for service in self._services:
+                    self._check(service)
+
+    def _check(self, service: ManagedProcess) -> None:
+        now = time.monotonic()
+        process = service.process
+        if process is not None:
+            code = process.poll()
+            if code is None:
+                return
+            uptime = now - service.started_at
+            if uptime > HEALTHY_AFTER_S:
+                service.restarts = 0
+            delay = BACKOFF_S[min(service.restarts, len(BACKOFF_S) - 1)]
+            service.restarts += 1
+            service.process = None
+            service.next_start_at = now + delay
+            self._say(
+                f"{service.name} exited with code {code}; restarting in {delay:g}s (see {service.log_path})"
+            )
+            return
+        if now >= service.next_start_at:
+            service.start()
+            self._say(f"{service.name} restarted (pid {service.pid})")
+
+    def stop(self) -> None:
+        """Stop services, then runners, then the server; safe to call twice."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            for service in reversed(self._services):
+                if service.process is not None and service.process.poll() is None:
+                    service.process.terminate()
+            deadline = time.monotonic() + 10
+            for service in self._services:
+                if service.process is None:
+                    continue
+                try:
+                    service.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    service.process.kill()
+                    service.process.wait()
+        try:
+            stop_all_runners(self.config.data_dir / "local-backend")
+        finally:
+            self._nats.stop()

@@ -1,0 +1,149 @@
+"""``plnt up``: the embedded stack in the foreground until Ctrl-C."""
+
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+import aiohttp
+from nats.js.errors import NotFoundError
+
+from plnt_cli.locate import RunningStack, clear_pointer, running_stack, write_pointer
+from plnt_cli.supervisor import SAGA_SERVICES, StackConfig, Supervisor, choose_port
+from plnt_common import subjects
+from plnt_common.bus.connection import connect
+from plnt_common.errors import PlntError
+
+DEFAULT_NATS_PORT = 4222
+DEFAULT_ROUTER_PORT = 8080
+
+
+def default_data_dir() -> Path:
+    from plnt_cli.locate import plnt_home
+
+    return plnt_home() / "data"
+
+
+def stack_config(
+    *,
+    data_dir: Path | None,
+    nats_port: int | None,
+    router_port: int | None,
+    replicas: int,
+    say: Callable[[str], None],
+    fresh: bool = False,
+) -> StackConfig:
+    if fresh:
+        chosen_dir = Path(tempfile.mkdtemp(prefix="plnt-demo-"))
+    else:
+        chosen_dir = (data_dir or default_data_dir()).expanduser().resolve()
+        other = running_stack()
+        if other is not None and Path(other.data_dir) == chosen_dir:
+            raise PlntError(
+                f"plnt up is already running (pid {other.pid}) on {chosen_dir}; "
+                "stop it, or pass another --data-dir"
+            )
+    chosen_dir.mkdir(parents=True, exist_ok=True)
+    return StackConfig(
+        data_dir=chosen_dir,
+        nats_port=choose_port(nats_port, DEFAULT_NATS_PORT, "NATS", say),
+        router_port=choose_port(router_port, DEFAULT_ROUTER_PORT, "the router", say),
+        replicas=replicas,
+    )
+
+
+async def wait_until_ready(config: StackConfig, *, timeout_s: float = 60.0) -> None:
+    """Ready once every saga service has bound its consumer and the router answers."""
+    deadline = time.monotonic() + timeout_s
+    nc = await connect(config.nats_url, name="plnt-up", retry_on_start=True)
+    js = nc.jetstream()
+    try:
+        pending = set(SAGA_SERVICES)
+        while pending and time.monotonic() < deadline:
+            for service in sorted(pending):
+                try:
+                    await js.consumer_info(subjects.STREAM, subjects.durable_name(service))
+                    pending.discard(service)
+                except (NotFoundError, Exception):
+                    pass
+            if pending:
+                await asyncio.sleep(0.1)
+        if pending:
+            raise PlntError(
+                f"services did not start within {timeout_s:g}s: {', '.join(sorted(pending))}"
+            )
+        async with aiohttp.ClientSession() as http:
+            while True:
+                try:
+                    async with http.get(f"{config.router_url}/healthz") as response:
+                        if response.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise PlntError(
+                        f"the router did not answer on {config.router_url} within {timeout_s:g}s"
+                    )
+                await asyncio.sleep(0.1)
+    finally:
+        await nc.close()
+
+
+class Stack:
+    """A started stack that records itself for other CLI commands and stops cleanly."""
+
+    def __init__(self, config: StackConfig, *, say: Callable[[str], None]) -> None:
+        self.config = config
+        self.supervisor = Supervisor(config, say=say)
+        self._say = say
+
+    def start(self) -> None:
+        self.supervisor.start()
+        write_pointer(
+            RunningStack(
+                pid=os.getpid(),
+                nats_url=self.config.nats_url,
+                router_url=self.config.router_url,
+                data_dir=str(self.config.data_dir),
+            )
+        )
+
+    def stop(self) -> None:
+        self.supervisor.stop()
+        clear_pointer(os.getpid())
+
+
+def run_up(config: StackConfig, *, say: Callable[[str], None]) -> int:
+    stack = Stack(config, say=say)
+    stopping = False
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    stack.start()
+    try:
+        asyncio.run(wait_until_ready(config))
+        say(f"plnt is up: NATS {config.nats_url}, router {config.router_url}")
+        say(f"data and logs in {config.data_dir} (logs/<service>.log); Ctrl-C stops everything")
+        while not stopping:
+            time.sleep(0.2)
+    except PlntError as exc:
+        say(f"plnt: {exc}")
+        stack.stop()
+        return 1
+    say("stopping…")
+    stack.stop()
+    say("stopped")
+    return 0
+
+
+def stderr_say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

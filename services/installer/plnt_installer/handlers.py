@@ -1,0 +1,242 @@
+"""Installer handlers: install canaries, compensate them, retire and remove releases."""
+
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import Delivery
+from plnt_common.bus.saga import observe_saga
+from plnt_common.errors import BackendUnavailable, InstallFailed
+from plnt_common.events import (
+    CanaryInstalled,
+    CanaryRef,
+    Envelope,
+    EventType,
+    RouteRestored,
+    RunFailed,
+    RunRemoved,
+    RunRolledBack,
+    SpecPulled,
+    StepTimedOut,
+    follow_up,
+)
+from plnt_common.events import (
+    InstallFailed as InstallFailedEvent,
+)
+from plnt_common.logs import get_logger
+from plnt_common.releases import ReleaseRole, release_name
+from plnt_common.saga import SagaState
+from plnt_common.status import Phase, Reason
+from plnt_installer import logic
+from plnt_installer.ports import ReleaseBackend
+
+log = get_logger(__name__)
+SERVICE = "installer"
+COMPENSATED_TIMEOUTS = {Phase.PULLING.value, Phase.INSTALLING.value}
+
+
+class InstallerHandlers:
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        backends: dict[str, ReleaseBackend],
+        ready_timeout_s: float,
+        uninstall_timeout_s: float,
+    ) -> None:
+        self._bus = bus
+        self._backends = backends
+        self._ready_timeout_s = ready_timeout_s
+        self._uninstall_timeout_s = uninstall_timeout_s
+
+    @property
+    def _local(self) -> ReleaseBackend:
+        return self._backends["local"]
+
+    async def handle(self, event: Envelope, delivery: Delivery) -> None:
+        match event.event_type:
+            case EventType.SPEC_PULLED:
+                await self._install(event)
+            case EventType.INSTALL_FAILED:
+                data: InstallFailedEvent = event.payload()
+                await self._compensate(event, data.reason, data.message)
+            case EventType.ROUTE_RESTORED:
+                restored: RouteRestored = event.payload()
+                await self._compensate(event, restored.reason, restored.message)
+            case EventType.STEP_TIMED_OUT:
+                timed_out: StepTimedOut = event.payload()
+                if timed_out.phase in COMPENSATED_TIMEOUTS:
+                    message = f"{timed_out.phase} passed its {timed_out.deadline_s:g}s deadline"
+                    await self._compensate(event, Reason.STEP_TIMED_OUT, message)
+            case EventType.RUN_READY:
+                await self._retire_old(event)
+            case EventType.RUN_DELETED:
+                await self._remove_all(event)
+
+    async def on_exhausted(self, event: Envelope, exc: BaseException) -> None:
+        message = f"installer gave up after repeated errors: {exc}"
+        if event.event_type is EventType.SPEC_PULLED:
+            data: SpecPulled = event.payload()
+            failed = InstallFailedEvent(
+                reason=Reason.DELIVERY_EXHAUSTED,
+                message=message,
+                revision=data.revision,
+                release=release_name(event.name, event.generation),
+            )
+            await self._bus.publish(
+                follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE)
+            )
+        elif event.event_type in (
+            EventType.INSTALL_FAILED,
+            EventType.ROUTE_RESTORED,
+            EventType.STEP_TIMED_OUT,
+        ):
+            await self._end_failed(event, Reason.DELIVERY_EXHAUSTED, message, stable="")
+        elif event.event_type is EventType.RUN_DELETED:
+            await self._bus.publish_terminal(
+                follow_up(event, EventType.RUN_REMOVED, RunRemoved(), source=SERVICE)
+            )
+
+    def _backend_for(self, data: SpecPulled) -> ReleaseBackend:
+        backend = self._backends.get(data.backend.type)
+        if backend is None:
+            raise BackendUnavailable(
+                f"PlntBackend {data.backend_name!r} is of type {data.backend.type!r}, "
+                f"which this installer does not drive (available: {', '.join(sorted(self._backends))})"
+            )
+        return backend
+
+    async def _install(self, event: Envelope) -> None:
+        data: SpecPulled = event.payload()
+        state = await observe_saga(self._bus, event)
+        if state is SagaState.ENDED:
+            return
+        if state is SagaState.SUPERSEDED:
+            await self._end(
+                event,
+                EventType.RUN_FAILED,
+                RunFailed(
+                    reason=Reason.SUPERSEDED,
+                    message="a newer generation superseded this saga",
+                    phase=Phase.INSTALLING,
+                ),
+            )
+            return
+        try:
+            backend = self._backend_for(data)
+        except BackendUnavailable as exc:
+            await self._end(
+                event,
+                EventType.RUN_FAILED,
+                RunFailed(
+                    reason=Reason.BACKEND_UNAVAILABLE, message=str(exc), phase=Phase.INSTALLING
+                ),
+            )
+            return
+        desired = logic.desired_canary(data, saga_id=event.sagaid)
+        await backend.install(desired)
+        log.info("canary.installing", release=desired.release, revision=desired.revision)
+        try:
+            observed = await backend.wait_ready(
+                namespace=desired.namespace,
+                release=desired.release,
+                saga_id=event.sagaid,
+                timeout_s=self._ready_timeout_s,
+            )
+        except InstallFailed as exc:
+            failed = InstallFailedEvent(
+                reason=Reason.INSTALL_FAILED,
+                message=str(exc),
+                revision=desired.revision,
+                release=desired.release,
+            )
+            await self._bus.publish(
+                follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE)
+            )
+            return
+        state = await observe_saga(self._bus, event)
+        if state is not SagaState.CURRENT:  # superseded or timed out while we installed
+            await backend.uninstall(
+                namespace=desired.namespace,
+                release=desired.release,
+                timeout_s=self._uninstall_timeout_s,
+            )
+            if state is SagaState.SUPERSEDED:
+                await self._end(
+                    event,
+                    EventType.RUN_ROLLED_BACK,
+                    RunRolledBack(
+                        revision=desired.revision,
+                        reason=Reason.SUPERSEDED,
+                        message="a newer generation superseded this saga",
+                    ),
+                )
+            return
+        canary = CanaryRef(
+            revision=desired.revision,
+            release=desired.release,
+            url=observed.url,
+            spec_digest=data.spec_digest,
+        )
+        await self._bus.publish(
+            follow_up(
+                event,
+                EventType.CANARY_INSTALLED,
+                CanaryInstalled(run=data.run, canary=canary),
+                source=SERVICE,
+            )
+        )
+        log.info("canary.installed", release=desired.release, url=observed.url)
+
+    async def _compensate(self, event: Envelope, reason: Reason, message: str) -> None:
+        """Remove this saga's canary, then end the saga: rolled back, or failed with no stable."""
+        if await observe_saga(self._bus, event) is SagaState.ENDED:
+            return
+        releases = await self._local.releases(namespace=event.namespace, run_name=event.name)
+        mine = next((r for r in releases if r.saga_id == event.sagaid), None)
+        release = mine.release if mine else release_name(event.name, event.generation)
+        removed = await self._local.uninstall(
+            namespace=event.namespace, release=release, timeout_s=self._uninstall_timeout_s
+        )
+        log.info("canary.removed", release=release, was_present=removed)
+        stable = logic.stable_revision(releases, excluding_saga=event.sagaid)
+        revision = mine.revision if mine else ""
+        await self._end_failed(event, reason, message, stable=stable, revision=revision)
+
+    async def _end_failed(
+        self, event: Envelope, reason: Reason, message: str, *, stable: str, revision: str = ""
+    ) -> None:
+        if logic.failure_terminal(stable) is EventType.RUN_ROLLED_BACK:
+            rolled_back = RunRolledBack(
+                revision=revision, stable_revision=stable, reason=reason, message=message
+            )
+            await self._end(event, EventType.RUN_ROLLED_BACK, rolled_back)
+        else:
+            failed = RunFailed(reason=reason, message=message, phase=Phase.ROLLING_BACK)
+            await self._end(event, EventType.RUN_FAILED, failed)
+
+    async def _end(self, event: Envelope, kind: EventType, data: RunFailed | RunRolledBack) -> None:
+        await self._bus.publish_terminal(follow_up(event, kind, data, source=SERVICE))
+        log.info("saga.ended", outcome=kind.value, reason=data.reason.value)
+
+    async def _retire_old(self, event: Envelope) -> None:
+        releases = await self._local.releases(namespace=event.namespace, run_name=event.name)
+        for release in releases:
+            if release.saga_id == event.sagaid and release.role is not ReleaseRole.STABLE:
+                await self._local.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
+        for old in logic.retire_after_promotion(releases, promoted_saga=event.sagaid):
+            await self._local.uninstall(
+                namespace=old.namespace, release=old.release, timeout_s=self._uninstall_timeout_s
+            )
+            log.info("release.retired", release=old.release, revision=old.revision)
+
+    async def _remove_all(self, event: Envelope) -> None:
+        releases = await self._local.releases(namespace=event.namespace, run_name=event.name)
+        for release in releases:
+            await self._local.uninstall(
+                namespace=release.namespace,
+                release=release.release,
+                timeout_s=self._uninstall_timeout_s,
+            )
+        removed = RunRemoved(releases_removed=tuple(r.release for r in releases))
+        await self._bus.publish_terminal(
+            follow_up(event, EventType.RUN_REMOVED, removed, source=SERVICE)
+        )
+        log.info("run.removed", releases=len(releases))

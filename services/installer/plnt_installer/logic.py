@@ -1,0 +1,50 @@
+"""Pure installer decisions: what to install, what to retire, how a failed saga ends.
+
+Imports no I/O library; handlers observe, call these, then act through the port.
+"""
+
+from plnt_common.events import EventType, SpecPulled
+from plnt_common.projection import saga_order
+from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole, release_name
+
+
+def desired_canary(data: SpecPulled, *, saga_id: str) -> DesiredRelease:
+    run = data.run
+    llm = data.backend.llm
+    return DesiredRelease(
+        namespace=run.namespace,
+        run_name=run.name,
+        release=release_name(run.name, run.generation),
+        revision=data.revision,
+        role=ReleaseRole.CANARY,
+        saga_id=saga_id,
+        spec_digest=data.spec_digest,
+        workflow_name=data.workflow_name,
+        replicas=max(1, run.spec.replicas.min),
+        gpu_class=run.spec.backend.gpu_class,
+        gpu_count=run.spec.backend.gpu_count,
+        llm=LlmConfig(base_url=llm.base_url, model=llm.model, api_key_env=llm.api_key_env)
+        if llm
+        else LlmConfig(),
+    )
+
+
+def stable_revision(releases: list[DesiredRelease], *, excluding_saga: str = "") -> str:
+    """The promoted revision still serving, if any."""
+    for release in releases:
+        if release.role is ReleaseRole.STABLE and release.saga_id != excluding_saga:
+            return release.revision
+    return ""
+
+
+def retire_after_promotion(
+    releases: list[DesiredRelease], *, promoted_saga: str
+) -> list[DesiredRelease]:
+    """Releases older than the promoted saga; a newer saga's canary in flight is kept."""
+    promoted = saga_order(promoted_saga)
+    return [r for r in releases if r.saga_id != promoted_saga and saga_order(r.saga_id) < promoted]
+
+
+def failure_terminal(stable: str) -> EventType:
+    """A failed canary ends rolled back when a stable revision serves, else failed."""
+    return EventType.RUN_ROLLED_BACK if stable else EventType.RUN_FAILED

@@ -1,0 +1,29 @@
+"""The port the installer drives a backend through; adapters implement it, logic never imports them."""
+
+from typing import Protocol
+
+from plnt_common.releases import DesiredRelease, ObservedRelease
+
+
+class ReleaseBackend(Protocol):
+    """Runs releases of WorkflowRuns somewhere (local processes, Helm on Kubernetes).
+
+    Adapters do what they are told; whether to act is decided in ``logic``.
+    """
+
+    async def install(self, release: DesiredRelease) -> None:
+        """Record ``release`` as desired (create or update); returns without waiting."""
+
+    async def wait_ready(
+        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
+    ) -> ObservedRelease:
+        """Wait until the release serves; raises ``InstallFailed`` on failure or timeout."""
+
+    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
+        """Remove the release and wait until it is gone; False when it was not there."""
+
+    async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
+        """Every release of one run, canary and stable."""
+
+    async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
+        """What the backend reports for ``release``; None when it reports nothing."""

@@ -1,0 +1,229 @@
+"""Pure decisions of the local backend over observed facts: start, adopt, restart, stop, give up.
+
+Every function here maps values to a verdict: no processes, files, clocks, sockets or NATS.
+The supervisor observes (is the pid alive? did /healthz answer? what is desired?), asks
+these functions, and acts through adapters. Timing and waiting are not decided here
+beyond computing a delay.
+"""
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from plnt_common.releases import (
+    DESIRED_PREFIX,
+    OBSERVED_PREFIX,
+    DesiredRelease,
+    ObservedRelease,
+    ReleasePhase,
+)
+from plnt_common.workflow import spec_digest
+from plnt_local_backend.launch import LaunchFingerprint
+
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+"""A DNS-1123 label: what namespaces and release names are, and safe as a directory name."""
+
+
+@dataclass(frozen=True, order=True)
+class ReleaseKey:
+    """Identity of one release: its namespace and release name."""
+
+    namespace: str
+    release: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.release}"
+
+
+def parse_release_key(key: str, *, prefix: str) -> ReleaseKey | None:
+    """``<prefix>.<namespace>.<release>`` -> ``ReleaseKey``; None for any other key.
+
+    Names must be DNS-1123 labels: they become directory names, so a key such as
+    ``desired.ns.a/b`` (legal in NATS KV) must not reach the file system.
+    """
+    parts = key.split(".")
+    if len(parts) != 3 or parts[0] != prefix:
+        return None
+    namespace, release = parts[1], parts[2]
+    if not (_LABEL.match(namespace) and _LABEL.match(release)):
+        return None
+    return ReleaseKey(namespace=namespace, release=release)
+
+
+def parse_desired_key(key: str) -> ReleaseKey | None:
+    return parse_release_key(key, prefix=DESIRED_PREFIX)
+
+
+def parse_observed_key(key: str) -> ReleaseKey | None:
+    return parse_release_key(key, prefix=OBSERVED_PREFIX)
+
+
+def launch_fingerprint(desired: DesiredRelease) -> LaunchFingerprint:
+    """What of ``desired`` decides how its runner starts (not its role, not its saga)."""
+    return LaunchFingerprint(
+        spec_digest=desired.spec_digest,
+        revision=desired.revision,
+        workflow_name=desired.workflow_name,
+        replicas=desired.replicas,
+        gpu_class=desired.gpu_class,
+        gpu_count=desired.gpu_count,
+        llm=desired.llm,
+    )
+
+
+def spec_matches(*, digest: str, raw: bytes) -> bool:
+    """True unless ``digest`` is a ``sha256:`` address that ``raw`` does not hash to.
+
+    Object names in other schemes cannot be checked here and are trusted.
+    """
+    if not digest.startswith("sha256:"):
+        return True
+    return spec_digest(raw) == digest
+
+
+# --- adoption at start-up -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FoundRunner:
+    """What a pid file left by an earlier local-backend turned out to be."""
+
+    alive: bool
+    """The pid exists and is not a zombie."""
+    group_leader: bool
+    """The pid leads its own process group, as every runner does (own session)."""
+    healthy: bool
+    """GET /healthz on the recorded URL answered 200."""
+
+
+class Adoption(StrEnum):
+    ADOPT = "adopt"
+    """Keep the live runner as this release's process instead of starting a duplicate."""
+    KILL = "kill"
+    """Ours, but not wanted: not desired any more, or alive without answering /healthz."""
+    FORGET = "forget"
+    """Dead, or the pid now belongs to some other process: drop the pid file, signal nothing."""
+
+
+def adoption(*, desired: bool, found: FoundRunner) -> Adoption:
+    """Decide what to do with a runner found on disk when supervision (re)starts."""
+    if not (found.alive and found.group_leader):
+        # A reused pid that is not a group leader cannot be a runner we started: never kill it.
+        return Adoption.FORGET
+    if desired and found.healthy:
+        return Adoption.ADOPT
+    return Adoption.KILL
+
+
+# --- the steady state -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunnerView:
+    """The supervisor's runner as decisions see it."""
+
+    fingerprint: LaunchFingerprint
+    ready: bool
+    """/healthz answered since launch (or at adoption)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The release gave up; it stays Failed while its desired record names the same launch."""
+
+    fingerprint: LaunchFingerprint
+    saga_id: str
+    message: str
+
+
+def failure_applies(failure: Failure, desired: DesiredRelease) -> bool:
+    """Only a different launch or a new saga revives a Failed release.
+
+    A redelivered install of the same saga rewrites the same record; retrying for it would
+    make ``wait_ready`` of that saga see Starting again instead of its verdict.
+    """
+    return failure.fingerprint == launch_fingerprint(desired) and failure.saga_id == desired.saga_id
+
+
+class Step(StrEnum):
+    TEAR_DOWN = "tear_down"
+    """Not desired: stop the runner, remove its directory, delete the observed record."""
+    HOLD_FAILED = "hold_failed"
+    """Gave up on this launch: report Failed and wait for a new desired record."""
+    START = "start"
+    """Nothing runs: fetch the spec and launch a runner (after any restart delay)."""
+    REPLACE = "replace"
+    """The runner serves another launch (spec, revision, LLM...): stop it first."""
+    AWAIT_READY = "await_ready"
+    """Launched, /healthz not answered yet."""
+    SERVE = "serve"
+    """Ready: report it and watch the process."""
+
+
+def next_step(
+    *, desired: DesiredRelease | None, failure: Failure | None, runner: RunnerView | None
+) -> Step:
+    """The one thing to do next for a release; ``runner`` is None when no live process is held."""
+    if desired is None:
+        return Step.TEAR_DOWN
+    if runner is not None and runner.fingerprint != launch_fingerprint(desired):
+        return Step.REPLACE
+    if failure is not None and failure_applies(failure, desired):
+        return Step.HOLD_FAILED
+    if runner is None:
+        return Step.START
+    return Step.SERVE if runner.ready else Step.AWAIT_READY
+
+
+# --- restarts -------------------------------------------------------------------------
+
+
+def failures_in_a_row(*, previous: int, served_s: float | None, reset_after_s: float) -> int:
+    """Failures in a row counting this one; ``served_s`` is how long the runner was Ready.
+
+    A runner that served at least ``reset_after_s`` crashed after a healthy life, not in a
+    crash loop: its exit starts a new streak.
+    """
+    if served_s is not None and served_s >= reset_after_s:
+        return 1
+    return previous + 1
+
+
+def should_restart(*, failures_in_a_row: int, max_restarts: int) -> bool:
+    """Restart until ``max_restarts`` restarts in a row have failed too."""
+    return failures_in_a_row <= max_restarts
+
+
+def restart_delay(*, failures_in_a_row: int, initial_s: float, max_s: float) -> float:
+    """Exponential back-off: ``initial_s`` after one failure, doubling, at most ``max_s``."""
+    exponent = max(0, failures_in_a_row - 1)
+    # Cap the exponent too: 2.0 ** 2000 overflows a float.
+    return min(max_s, initial_s * 2.0 ** min(exponent, 64))
+
+
+# --- what is reported -----------------------------------------------------------------
+
+
+def observed(
+    *,
+    key: ReleaseKey,
+    desired: DesiredRelease,
+    phase: ReleasePhase,
+    url: str = "",
+    pid: int = 0,
+    restarts: int = 0,
+    message: str = "",
+) -> ObservedRelease:
+    """The observed record of ``key``: the saga and revision of ``desired``, which is what
+    ``wait_ready`` matches. Names come from the key, the identity the installer wrote."""
+    return ObservedRelease(
+        namespace=key.namespace,
+        release=key.release,
+        revision=desired.revision,
+        saga_id=desired.saga_id,
+        phase=phase,
+        url=url,
+        pid=pid,
+        restarts=restarts,
+        message=message,
+    )

@@ -1,0 +1,1 @@
+"""I/O of the promoter: the ``plnt-routes`` KV."""

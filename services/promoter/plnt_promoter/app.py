@@ -1,0 +1,41 @@
+"""Promoter wiring: bus, route table, one durable consumer."""
+
+import asyncio
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
+from plnt_common.events import EventType
+from plnt_common.runtime import run_service
+from plnt_promoter.adapters.route_table import RouteTable
+from plnt_promoter.handlers import SERVICE, PromoterHandlers
+from plnt_promoter.settings import PromoterSettings
+
+CONSUMES = (
+    EventType.CANARY_INSTALLED,
+    EventType.SMOKE_PASSED,
+    EventType.SMOKE_FAILED,
+    EventType.STEP_TIMED_OUT,
+    EventType.RUN_DELETED,
+)
+
+
+async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
+    bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
+    handlers = PromoterHandlers(
+        bus=bus, routes=RouteTable(bus.routes), public_url=settings.router_public_url
+    )
+    spec = ConsumerSpec(
+        service=SERVICE,
+        filters=tuple(subjects.event_filter(t) for t in CONSUMES),
+        concurrency=settings.concurrency,
+    )
+    try:
+        await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
+    finally:
+        await bus.close()
+
+
+def main() -> None:
+    settings = PromoterSettings()
+    run_service(SERVICE, settings, lambda stop: run(settings, stop))

@@ -1,0 +1,93 @@
+"""Pure promotion decisions over the route table; imports no I/O library."""
+
+from enum import StrEnum
+
+from plnt_common.events import CanaryRef
+from plnt_common.routes import RouteEntry, RouteTarget
+from plnt_common.saga import SagaState
+
+
+class Verdict(StrEnum):
+    PROMOTE = "promote"
+    """Move all traffic to the canary and end the saga Ready."""
+    ALREADY_PROMOTED = "already-promoted"
+    """A redelivery after promotion: publish run.ready again (deduplicated)."""
+    RESTORE = "restore"
+    """Take the canary out of the route and ask the installer to remove it."""
+    WAIT = "wait"
+    """The canary is not in the route yet: retry later."""
+    IGNORE = "ignore"
+    """The saga already ended: nothing to do."""
+
+
+def endpoint_url(public_url: str, namespace: str, name: str) -> str:
+    base = public_url.rstrip("/")
+    if namespace == "default":
+        return f"{base}/workflows/{name}/invoke"
+    return f"{base}/namespaces/{namespace}/workflows/{name}/invoke"
+
+
+def target(canary: CanaryRef, saga_id: str) -> RouteTarget:
+    return RouteTarget(revision=canary.revision, url=canary.url, saga_id=saga_id)
+
+
+def with_canary(
+    entry: RouteEntry | None,
+    *,
+    namespace: str,
+    name: str,
+    canary: RouteTarget,
+    traffic_percent: int,
+    endpoint: str,
+) -> RouteEntry | None:
+    """Add the canary; it takes traffic only beside a stable revision, never unproven alone.
+
+    None (no change) when this saga's canary was already restored: the restore won the race.
+    """
+    if entry is not None and entry.restored_saga_id == canary.saga_id:
+        return None
+    stable = entry.stable if entry else None
+    return RouteEntry(
+        namespace=namespace,
+        name=name,
+        endpoint=entry.endpoint if entry and entry.endpoint else endpoint,
+        stable=stable,
+        canary=canary,
+        canary_weight=traffic_percent if stable is not None else 0,
+    )
+
+
+def decide_on_pass(state: SagaState, entry: RouteEntry | None, saga_id: str) -> Verdict:
+    if state is SagaState.ENDED:
+        return Verdict.IGNORE
+    if state is SagaState.SUPERSEDED:
+        return Verdict.RESTORE
+    if entry is not None and entry.canary is not None and entry.canary.saga_id == saga_id:
+        return Verdict.PROMOTE
+    if entry is not None and entry.stable is not None and entry.stable.saga_id == saga_id:
+        return Verdict.ALREADY_PROMOTED
+    return Verdict.WAIT
+
+
+def decide_on_failure(state: SagaState) -> Verdict:
+    return Verdict.IGNORE if state is SagaState.ENDED else Verdict.RESTORE
+
+
+def promoted(entry: RouteEntry, endpoint: str) -> RouteEntry:
+    """All traffic on the canary, which becomes the stable revision."""
+    return entry.model_copy(
+        update={"stable": entry.canary, "canary": None, "canary_weight": 0, "endpoint": endpoint}
+    )
+
+
+def without_canary(
+    entry: RouteEntry | None, *, namespace: str, name: str, saga_id: str
+) -> RouteEntry:
+    """Canary weight back to 0 when the canary is this saga's; the stable is untouched.
+
+    The saga is remembered as restored so a canary.installed handled late cannot re-add it.
+    """
+    current = entry or RouteEntry(namespace=namespace, name=name)
+    if current.canary is not None and current.canary.saga_id == saga_id:
+        current = current.model_copy(update={"canary": None, "canary_weight": 0})
+    return current.model_copy(update={"restored_saga_id": saga_id})

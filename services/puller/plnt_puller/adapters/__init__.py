@@ -1,0 +1,8 @@
+"""The puller's I/O: registries (file system, S3 via boto3), the PlntBackend catalog and
+the ``plnt-specs`` object store.
+
+Adapters do what they are told: they never decide whether a run fails, which reason it
+gets or whether to retry. Every infrastructure error leaves them as a
+``plnt_common.errors`` type (``SpecNotFound``, ``RegistryUnavailable``, ...) raised
+``from None``, so handlers decide by type alone.
+"""

@@ -1,0 +1,29 @@
+"""One ``Registry`` over several: picks the adapter by the registry URL's scheme.
+
+``file://`` and ``s3://`` have adapters; ``oci://`` is part of the resource contract but
+not implemented, and is refused with a clear, non-retryable ``SpecNotFound``. This module
+imports no I/O library itself.
+"""
+
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from plnt_common.errors import SpecNotFound
+from plnt_puller.ports import Registry
+
+
+class RegistryByScheme:
+    """Implements ``ports.Registry`` by delegating to ``adapters[scheme]``."""
+
+    def __init__(self, *, adapters: Mapping[str, Registry]) -> None:
+        self._adapters = dict(adapters)
+
+    async def fetch(self, *, registry: str, name: str, version: str) -> bytes:
+        """What the scheme's adapter returns or raises; ``SpecNotFound`` for other schemes."""
+        scheme = urlsplit(registry).scheme
+        adapter = self._adapters.get(scheme)
+        if adapter is None:
+            supported = " or ".join(f"{s}://" for s in sorted(self._adapters, reverse=True))
+            what = f"{scheme}:// registries are" if scheme else f"registry {registry!r} is"
+            raise SpecNotFound(f"{what} not supported yet; use {supported}")
+        return await adapter.fetch(registry=registry, name=name, version=version)

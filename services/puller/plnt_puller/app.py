@@ -1,0 +1,78 @@
+"""Wiring of the puller process: bus, adapters, the durable consumer, start and stop.
+
+``run`` consumes until ``stop`` is set (tests run it as a task); ``main`` is what
+``plnt serve puller`` and ``python -m plnt_puller`` call. No pull logic lives here.
+"""
+
+import asyncio
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
+from plnt_common.events import EventType
+from plnt_common.resource_store import ResourceStore
+from plnt_common.runtime import run_service
+from plnt_puller.adapters.backend_catalog import StoredBackends
+from plnt_puller.adapters.file_registry import FileRegistry
+from plnt_puller.adapters.registries import RegistryByScheme
+from plnt_puller.adapters.s3_registry import S3Registry
+from plnt_puller.adapters.spec_store import ObjectStoreSpecs
+from plnt_puller.handlers import PullHandler
+from plnt_puller.ports import Registry
+from plnt_puller.settings import PullerSettings
+
+SERVICE = "puller"
+
+
+def build_registry(settings: PullerSettings) -> Registry:
+    """Every registry scheme the puller serves, configured from ``settings``."""
+    return RegistryByScheme(
+        adapters={
+            "file": FileRegistry(),
+            "s3": S3Registry(
+                endpoint_url=settings.s3_endpoint_url,
+                region=settings.s3_region,
+                max_attempts=settings.s3_max_attempts,
+                connect_timeout_s=settings.connect_timeout_s,
+                read_timeout_s=settings.read_timeout_s,
+                max_connections=settings.concurrency,
+            ),
+        }
+    )
+
+
+def consumer_spec(settings: PullerSettings) -> ConsumerSpec:
+    return ConsumerSpec(
+        service=SERVICE,
+        filters=(subjects.event_filter(EventType.RUN_REQUESTED),),
+        concurrency=settings.concurrency,
+        max_attempts=settings.max_attempts,
+        backoff_s=settings.retry_backoff_s,
+    )
+
+
+async def run(settings: PullerSettings, stop: asyncio.Event) -> None:
+    """Pull specs until ``stop`` is set; in-flight pulls finish and ack before return."""
+    bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
+    try:
+        handler = PullHandler(
+            bus=bus,
+            registry=build_registry(settings),
+            backends=StoredBackends(store=ResourceStore(bus.resources)),
+            specs=ObjectStoreSpecs(store=bus.specs),
+            max_attempts=settings.max_attempts,
+        )
+        consumer = EventConsumer(bus, consumer_spec(settings), handler.handle, handler.on_exhausted)
+        await consumer.run(stop)
+    finally:
+        await bus.close()
+
+
+def main() -> None:
+    """Run the puller until SIGTERM/SIGINT, configured from ``PLNT_*`` variables."""
+    settings = PullerSettings()
+
+    async def body(stop: asyncio.Event) -> None:
+        await run(settings, stop)
+
+    run_service(SERVICE, settings, body)

@@ -1,0 +1,115 @@
+"""One ``run.requested`` through the pull step: decode -> observe -> decide -> act -> publish.
+
+``PullHandler.handle`` is the consumer's handler and ``on_exhausted`` its last word once
+deliveries ran out. Decisions come from ``logic``; I/O goes through the ports. Delivery
+rules: return normally only after the outcome event was published (the consumer then
+acks); raise to be redelivered with back-off. Publishing twice is safe: the bus sets
+``Nats-Msg-Id`` per saga step, and ``run.failed`` goes through the saga's terminal claim.
+"""
+
+from dataclasses import dataclass
+
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import Delivery
+from plnt_common.bus.saga import observe_saga
+from plnt_common.events import (
+    Envelope,
+    EventType,
+    RunFailed,
+    RunRequested,
+    RunSnapshot,
+    SpecPulled,
+    follow_up,
+)
+from plnt_common.logs import get_logger
+from plnt_common.saga import SagaState
+from plnt_puller import logic
+from plnt_puller.ports import BackendCatalog, Registry, SpecStore
+
+SOURCE = "puller"
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class PullHandler:
+    """The puller's saga step, bound to its bus and ports."""
+
+    bus: Bus
+    registry: Registry
+    backends: BackendCatalog
+    specs: SpecStore
+    max_attempts: int
+
+    async def handle(self, event: Envelope, delivery: Delivery) -> None:
+        """Publish ``spec.pulled`` or ``run.failed`` for ``event``, or nothing if it ended.
+
+        Raises (so the consumer NAKs) on retryable errors: registry or bus unavailable,
+        and anything unexpected.
+        """
+        run = _requested_run(event)
+        state = await observe_saga(self.bus, event)
+        gate = logic.saga_gate(
+            ended=state is SagaState.ENDED, superseded=state is SagaState.SUPERSEDED
+        )
+        if isinstance(gate, logic.Ignore):
+            log.info("pull.ignored", why=gate.why)
+            return
+        if gate is not None:
+            await self._fail(event, gate)
+            return
+        try:
+            pulled = await self._pull(run)
+        except Exception as exc:
+            failure = logic.failure_for(exc, ref=run.spec.workflow.ref)
+            if failure is None:
+                raise
+            await self._fail(event, failure)
+            return
+        await self.bus.publish(follow_up(event, EventType.SPEC_PULLED, pulled, source=SOURCE))
+        log.info("pull.succeeded", digest=pulled.spec_digest, revision=pulled.revision)
+
+    async def on_exhausted(self, event: Envelope, error: BaseException) -> None:
+        """Publish ``run.failed`` naming the last error once deliveries ran out."""
+        failure = logic.failure_after_exhaustion(
+            error, ref=_requested_run(event).spec.workflow.ref, attempts=self.max_attempts
+        )
+        await self._fail(event, failure)
+
+    async def _pull(self, run: RunSnapshot) -> SpecPulled:
+        """Fetch, verify, validate, resolve the backend, then store; raises ``PlntError``."""
+        ref = run.spec.workflow
+        raw = await self.registry.fetch(registry=ref.registry, name=ref.name, version=ref.version)
+        digest = logic.verify_integrity(raw=raw, pinned=ref.integrity_hash)
+        workflow = logic.validate_spec(raw=raw, name=ref.name, version=ref.version)
+        selection = run.spec.backend
+        backend = logic.check_backend(
+            name=selection.cluster,
+            backend=await self.backends.get(selection.cluster),
+            gpu_class=selection.gpu_class,
+        )
+        # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
+        stored = await self.specs.put(digest=digest, data=raw)
+        log.info("pull.spec_stored", digest=digest, written=stored)
+        return logic.spec_pulled(
+            run=run,
+            digest=digest,
+            workflow=workflow,
+            backend_name=selection.cluster,
+            backend=backend,
+        )
+
+    async def _fail(self, event: Envelope, failure: RunFailed) -> None:
+        claimed = await self.bus.publish_terminal(
+            follow_up(event, EventType.RUN_FAILED, failure, source=SOURCE)
+        )
+        log.warning(
+            "pull.failed", reason=failure.reason.value, message=failure.message, published=claimed
+        )
+
+
+def _requested_run(event: Envelope) -> RunSnapshot:
+    payload = event.payload()
+    if not isinstance(payload, RunRequested):  # the consumer's filter makes this a bug
+        raise TypeError(f"the puller handles run.requested, not {event.event_type.value}")
+    return payload.run

@@ -1,0 +1,160 @@
+"""The puller's decisions, as pure functions: no I/O, no nats, no boto3, no clock.
+
+What it decides: whether a saga step runs at all (``saga_gate``), whether the fetched
+bytes are the pinned ones and a valid Workflow of the referenced name and version,
+whether the named backend can serve the run, and which outcome event an error leads to
+(``failure_for``, ``failure_after_exhaustion``). What it does not do: fetch, store or
+publish anything; ``handlers`` act on these answers.
+"""
+
+from dataclasses import dataclass
+
+from plnt_common.errors import (
+    BackendUnavailable,
+    IntegrityMismatch,
+    PlntError,
+    RegistryUnavailable,
+    SpecInvalid,
+)
+from plnt_common.events import RunFailed, RunSnapshot, SpecPulled
+from plnt_common.releases import revision_label
+from plnt_common.resources import PlntBackendSpec
+from plnt_common.status import Phase, Reason
+from plnt_common.workflow import Workflow, parse_workflow, spec_digest
+
+PHASE = Phase.PULLING.value
+"""The phase every failure of this step reports."""
+
+FAILS_AT_ONCE = frozenset(
+    {
+        Reason.SPEC_INVALID,
+        Reason.INTEGRITY_MISMATCH,
+        Reason.SPEC_NOT_FOUND,
+        Reason.BACKEND_UNAVAILABLE,
+    }
+)
+"""Errors no retry can fix: the run (or the registry's content) must change first."""
+
+
+@dataclass(frozen=True)
+class Ignore:
+    """Publish nothing and ack: the event needs no answer."""
+
+    why: str
+
+
+def saga_gate(*, ended: bool, superseded: bool) -> Ignore | RunFailed | None:
+    """What to do before pulling, from the observed saga state; None means pull.
+
+    Takes booleans rather than ``plnt_common.saga.SagaState`` because that module imports
+    nats, and this one must stay free of I/O libraries even indirectly.
+    """
+    if ended:
+        return Ignore("the saga already ended")
+    if superseded:
+        # The newer saga pulls its own spec; this one must end so it never installs.
+        return RunFailed(
+            reason=Reason.SUPERSEDED,
+            message="superseded by a newer generation of the run before its spec was pulled",
+            phase=PHASE,
+        )
+    return None
+
+
+def verify_integrity(*, raw: bytes, pinned: str | None) -> str:
+    """The digest of ``raw``; raises ``IntegrityMismatch`` naming both when a pin differs."""
+    actual = spec_digest(raw)
+    if pinned is not None and pinned != actual:
+        raise IntegrityMismatch(
+            f"integrityHash pins {pinned}, but the fetched spec's digest is {actual}"
+        )
+    return actual
+
+
+def validate_spec(*, raw: bytes, name: str, version: str) -> Workflow:
+    """The Workflow in ``raw``, which must be valid and declare exactly ``name@version``.
+
+    Raises ``SpecInvalid`` naming the problem. The name/version check stops a registry
+    path that holds another workflow (a copy-paste, a moved file) from being rolled out
+    under the wrong revision.
+    """
+    workflow = parse_workflow(raw)
+    declared = f"{workflow.metadata.name}@{workflow.metadata.version}"
+    if declared != f"{name}@{version}":
+        raise SpecInvalid(f"the spec declares {declared}, but the run references {name}@{version}")
+    return workflow
+
+
+def check_backend(
+    *, name: str, backend: PlntBackendSpec | None, gpu_class: str | None
+) -> PlntBackendSpec:
+    """The backend if it exists and offers ``gpu_class``; raises ``BackendUnavailable``.
+
+    Only the run's own ``spec.backend.gpuClass`` is checked: it is what the installer
+    schedules on, while the Workflow's ``requirements`` describe what the spec was
+    written for.
+    """
+    if backend is None:
+        raise BackendUnavailable(f"PlntBackend {name!r} not found")
+    if gpu_class is not None and gpu_class not in backend.gpu_classes:
+        offered = ", ".join(sorted(backend.gpu_classes)) or "none"
+        raise BackendUnavailable(
+            f"PlntBackend {name!r} does not offer gpuClass {gpu_class!r} (offered: {offered})"
+        )
+    return backend
+
+
+def spec_pulled(
+    *,
+    run: RunSnapshot,
+    digest: str,
+    workflow: Workflow,
+    backend_name: str,
+    backend: PlntBackendSpec,
+) -> SpecPulled:
+    """The success event: the run as requested plus what the pull established."""
+    return SpecPulled(
+        run=run,
+        spec_digest=digest,
+        workflow_name=workflow.metadata.name,
+        workflow_version=workflow.metadata.version,
+        revision=revision_label(workflow.metadata.version, run.generation),
+        backend_name=backend_name,
+        backend=backend,
+    )
+
+
+def _reason_of(error: PlntError) -> Reason | None:
+    try:
+        return Reason(error.reason)
+    except ValueError:  # a PlntError whose reason the status vocabulary does not know
+        return None
+
+
+def failure_for(error: BaseException, *, ref: str) -> RunFailed | None:
+    """``run.failed`` for an error no retry can fix; None means retry (NAK with back-off).
+
+    Anything else, retryable or unexpected, goes back to the consumer, which retries it
+    and, once attempts run out, asks ``failure_after_exhaustion``.
+    """
+    if not isinstance(error, PlntError) or error.retryable:
+        return None
+    reason = _reason_of(error)
+    if reason not in FAILS_AT_ONCE:
+        return None
+    return RunFailed(reason=reason, message=f"cannot pull {ref}: {error}", phase=PHASE)
+
+
+def failure_after_exhaustion(error: BaseException, *, ref: str, attempts: int) -> RunFailed:
+    """``run.failed`` once deliveries ran out; names the last error, never drops it."""
+    reason = (
+        Reason.REGISTRY_UNAVAILABLE
+        if isinstance(error, RegistryUnavailable)
+        else Reason.DELIVERY_EXHAUSTED
+    )
+    detail = str(error) or type(error).__name__
+    return RunFailed(
+        reason=reason,
+        message=f"gave up pulling {ref} after {attempts} attempts: {detail}",
+        phase=PHASE,
+    )

@@ -1,0 +1,46 @@
+"""The ports the puller acts through; adapters implement them, ``logic`` never imports them.
+
+Only ``typing.Protocol`` definitions live here. Each method documents what it returns
+and which ``plnt_common.errors`` it raises; no port raises an infrastructure exception.
+"""
+
+from typing import Protocol
+
+from plnt_common.resources import PlntBackendSpec
+
+
+class Registry(Protocol):
+    """Where workflow specs are published: ``<registry>/<name>/<version>/workflow.yaml``."""
+
+    async def fetch(self, *, registry: str, name: str, version: str) -> bytes:
+        """The spec file's bytes, at most ``MAX_SPEC_BYTES`` of them.
+
+        Raises ``SpecNotFound`` when the registry answered and the file is not there (or
+        may not be read), ``SpecInvalid`` when it is over the size bound, and
+        ``RegistryUnavailable`` (retryable) when the registry did not answer.
+        """
+        ...
+
+
+class BackendCatalog(Protocol):
+    """The PlntBackend resources a run may deploy onto."""
+
+    async def get(self, name: str) -> PlntBackendSpec | None:
+        """The backend's spec; None when no PlntBackend of that name exists.
+
+        Raises ``BackendUnavailable`` when it exists but cannot be read as a PlntBackend,
+        ``BusUnavailable`` (retryable) when the store did not answer.
+        """
+        ...
+
+
+class SpecStore(Protocol):
+    """Content-addressed storage of pulled spec bytes (``plnt-specs``)."""
+
+    async def put(self, *, digest: str, data: bytes) -> bool:
+        """Store ``data`` under ``digest`` unless it is there; True when written now.
+
+        Idempotent: a second call with the same digest writes nothing. Raises
+        ``BusUnavailable`` (retryable) when the store did not answer.
+        """
+        ...

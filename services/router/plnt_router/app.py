@@ -1,0 +1,138 @@
+"""Wiring of the router process: the aiohttp app, the route watch, start-up and shutdown.
+
+``create_app`` builds the HTTP app around a route table someone else fills (tests fill it
+by hand); ``serve`` runs the whole router: HTTP first (so ``/healthz`` answers while the
+bus is still unreachable), the ``plnt-routes`` watch beside it, and a graceful stop on
+SIGTERM/SIGINT. ``main`` is what ``plnt serve router`` calls. No request logic lives here.
+"""
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from plnt_common.bus import connect
+from plnt_common.logs import configure_logging, get_logger
+from plnt_router.adapters.route_watch import RouteWatcher
+from plnt_router.adapters.upstream import RunnerClient
+from plnt_router.chat import ChatHandlers
+from plnt_router.handlers import Handlers
+from plnt_router.limiter import InFlightLimiter
+from plnt_router.metrics import InvocationMetrics, set_queue_depth
+from plnt_router.pipeline import CallPipeline
+from plnt_router.responses import json_http_errors
+from plnt_router.settings import RouterSettings
+from plnt_router.table import RouteTable
+
+log = get_logger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+NATS_RETRY_S = 1.0
+
+
+def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Application:
+    """The router's HTTP app serving from ``table``; its runner pool opens on app start-up."""
+    # aiohttp enforces the body limit while reading, which also covers chunked bodies.
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[json_http_errors])
+    runners = RunnerClient(
+        max_connections=settings.max_in_flight, timeout_s=settings.upstream_timeout_s
+    )
+    set_queue_depth(0)
+    pipeline = CallPipeline(
+        settings=settings,
+        table=table,
+        runners=runners,
+        limiter=InFlightLimiter(
+            max_in_flight=settings.max_in_flight,
+            max_queue=settings.max_queue,
+            on_queue_change=set_queue_depth,
+        ),
+        metrics=InvocationMetrics(),
+    )
+    handlers = Handlers(pipeline=pipeline, table=table)
+    chat = ChatHandlers(pipeline=pipeline, table=table)
+
+    async def runner_pool(_: web.Application) -> AsyncIterator[None]:
+        await runners.start()
+        yield
+        # Cleanup runs after in-flight handlers finished, so no call loses its connection.
+        await runners.close()
+
+    app.cleanup_ctx.append(runner_pool)
+    app.router.add_post("/workflows/{name}/invoke", handlers.invoke)
+    app.router.add_post("/namespaces/{ns}/workflows/{name}/invoke", handlers.invoke)
+    app.router.add_post("/v1/chat/completions", chat.chat_completions)
+    app.router.add_get("/v1/models", chat.models)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/readyz", handlers.readyz)
+    app.router.add_get("/metrics", handlers.metrics)
+    return app
+
+
+async def _watch_routes(*, settings: RouterSettings, table: RouteTable) -> None:
+    """Connect to NATS (waiting for it as long as it takes) and keep ``table`` current."""
+    nc = None
+    failing = False
+    while nc is None:
+        # Our own loop rather than the client's retry-on-first-connect: HTTP is already up
+        # (liveness must not depend on the bus), and an outage logs one warning, not one
+        # per attempt.
+        try:
+            nc = await connect(settings.nats_url, name="plnt-router")
+        except Exception as exc:
+            (log.debug if failing else log.warning)(
+                "router.waiting_for_nats", url=settings.nats_url, error=str(exc)
+            )
+            failing = True
+            await asyncio.sleep(NATS_RETRY_S)
+    log.info("router.nats_connected", url=settings.nats_url)
+    try:
+        await RouteWatcher(nc=nc, table=table).run()
+    finally:
+        await nc.close()
+
+
+async def serve(*, settings: RouterSettings, stop: asyncio.Event | None = None) -> None:
+    """Run the router until SIGTERM/SIGINT (or ``stop`` is set), then stop gracefully.
+
+    Graceful means: stop accepting connections, let in-flight calls finish for up to
+    ``shutdown_grace_s``, then close the runner pool and the NATS connection.
+    """
+    stop = stop or asyncio.Event()
+    table = RouteTable()
+    runner = web.AppRunner(
+        create_app(settings=settings, table=table),
+        # Per-request access logging costs more than the proxying itself; metrics cover it.
+        access_log=None,
+        shutdown_timeout=settings.shutdown_grace_s,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    port = runner.addresses[0][1]
+    url = f"http://{settings.host}:{port}"
+    print(f"listening on {url}", flush=True)
+    log.info("router.listening", url=url)
+
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    watch = asyncio.create_task(_watch_routes(settings=settings, table=table))
+    try:
+        await stop.wait()
+        log.info("router.stopping", grace_s=settings.shutdown_grace_s)
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        log.info("router.stopped")
+
+
+def main() -> None:
+    """Entry point of ``plnt serve router``: settings from the environment, JSON logs."""
+    settings = RouterSettings()
+    configure_logging(level=settings.log_level, fmt=settings.log_format, service="router")
+    asyncio.run(serve(settings=settings))

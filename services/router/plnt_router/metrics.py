@@ -1,0 +1,42 @@
+"""The router's side of the contract metrics: invocation latency, counts and queue depth.
+
+The metric objects themselves are defined once in ``plnt_common.metrics``; this module
+only caches their labelled children so the hot path skips prometheus-client's locked
+label lookup. It does not expose ``/metrics`` (``handlers`` does).
+"""
+
+from prometheus_client import Counter, Histogram
+
+from plnt_common.metrics import INVOCATION_DURATION, INVOCATIONS, QUEUE_DEPTH
+
+COMPONENT = "router"
+
+
+class InvocationMetrics:
+    """Records one served call as ``plnt_invocation_duration_seconds`` + ``plnt_invocations_total``.
+
+    Labels: ``workflow`` (``<namespace>/<name>``, empty for calls to unknown workflows so
+    arbitrary names cannot blow up the series count), ``revision`` (empty when no runner
+    was chosen) and ``status`` (the HTTP status code).
+    """
+
+    def __init__(self) -> None:
+        self._series: dict[tuple[str, str, int], tuple[Histogram, Counter]] = {}
+
+    def observe(self, *, workflow: str, revision: str, status: int, seconds: float) -> None:
+        key = (workflow, revision, status)
+        series = self._series.get(key)
+        if series is None:
+            labels = {"workflow": workflow, "revision": revision, "status": str(status)}
+            series = (INVOCATION_DURATION.labels(**labels), INVOCATIONS.labels(**labels))
+            self._series[key] = series
+        series[0].observe(seconds)
+        series[1].inc()
+
+
+_QUEUE_DEPTH = QUEUE_DEPTH.labels(component=COMPONENT)
+
+
+def set_queue_depth(depth: int) -> None:
+    """Publish the limiter's queue length as ``plnt_queue_depth{component="router"}``."""
+    _QUEUE_DEPTH.set(depth)

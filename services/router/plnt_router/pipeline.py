@@ -1,0 +1,314 @@
+"""The steps every proxied call goes through, shared by the invoke and OpenAI endpoints.
+
+Per call the work is: optional API key check, one dict lookup in the route table, JSON
+parsing of the body (validation only: the original bytes are forwarded), admission by the
+in-flight limiter, one POST on the pooled runner client, and relaying the answer. No KV
+read, no pydantic model and no info-level log line happen per call. A step that refuses
+the call raises ``Rejection``; ``measured`` turns it into the answer and records metrics.
+Which revision serves a call is ``logic``'s decision; talking to runners is
+``adapters.upstream``'s job; the endpoints themselves live in ``handlers`` and ``chat``.
+"""
+
+import contextlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import hdrs, web
+
+from plnt_common.logs import get_logger
+from plnt_common.routes import RouteTarget, route_key
+from plnt_router.adapters.upstream import RunnerClient, UpstreamReply
+from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
+from plnt_router.limiter import InFlightLimiter, QueueFull
+from plnt_router.logic import fallback_target
+from plnt_router.metrics import InvocationMetrics
+from plnt_router.responses import (
+    REVISION_HEADER,
+    SSE_CONTENT_TYPE,
+    Rejection,
+    json_error,
+    reject,
+    sse_error,
+)
+from plnt_router.settings import RouterSettings
+from plnt_router.table import Route, RouteTable
+
+log = get_logger(__name__)
+
+INVOKE_PATH = "/invoke"
+# Correlation headers worth carrying to the runner; everything else (notably the router's
+# Authorization) stays at the router.
+FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
+JSON_TYPE_NAMES: dict[type, str] = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+@dataclass(slots=True)
+class Call:
+    """What the metrics need to know about one call, filled in as handling proceeds."""
+
+    namespace: str
+    name: str
+    known: bool = False
+    revision: str = ""
+    # Overrides the response status in metrics when a stream failed after its status line.
+    status: int | None = None
+
+    @property
+    def key(self) -> str:
+        return route_key(self.namespace, self.name)
+
+    @property
+    def workflow(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.known else ""
+
+
+class CallPipeline:
+    """The call steps bound to one route table, runner pool, limiter and metrics."""
+
+    def __init__(
+        self,
+        *,
+        settings: RouterSettings,
+        table: RouteTable,
+        runners: RunnerClient,
+        limiter: InFlightLimiter,
+        metrics: InvocationMetrics,
+    ) -> None:
+        self._table = table
+        self._runners = runners
+        self._limiter = limiter
+        self._metrics = metrics
+        self._max_body = settings.max_body_bytes
+        self._timeout_s = settings.upstream_timeout_s
+        self._retry_after: dict[str, str] = {hdrs.RETRY_AFTER: str(settings.retry_after_s)}
+        self._api_keys = {
+            namespace: key.get_secret_value().encode()
+            for namespace, key in (settings.api_keys or {}).items()
+        }
+
+    async def measured(self, call: Call, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+        """Await ``work``, turn a ``Rejection`` into its response, record the metrics."""
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await work
+            status = call.status or response.status
+            return response
+        except Rejection as rejection:
+            status = rejection.response.status
+            return rejection.response
+        except Exception:
+            # A bug, not a runner failure: the client still gets the JSON error shape.
+            log.exception("router.internal_error", workflow=call.workflow, revision=call.revision)
+            return json_error(500, "internal_error", "the router failed to handle this call")
+        finally:
+            self._metrics.observe(
+                workflow=call.workflow,
+                revision=call.revision,
+                status=status,
+                seconds=time.perf_counter() - started,
+            )
+
+    def authorized(self, request: web.Request, namespace: str) -> bool:
+        """True when ``namespace`` needs no key or the request carries its bearer key."""
+        expected = self._api_keys.get(namespace)
+        if expected is None:
+            return True
+        scheme, _, token = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
+        # compare_digest: the comparison time must not reveal how much of a guess matched.
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected)
+
+    def check_key(self, request: web.Request, namespace: str) -> None:
+        """Raises 401 unless ``authorized``."""
+        if not self.authorized(request, namespace):
+            raise reject(
+                401,
+                "unauthorized",
+                f"namespace '{namespace}' needs 'Authorization: Bearer <key>' with a valid key",
+                headers={str(hdrs.WWW_AUTHENTICATE): "Bearer"},
+            )
+
+    def route(self, call: Call) -> Route:
+        """The call's route. Raises 404 for an unknown workflow, 503 when nothing is ready."""
+        route = self._table.get(call.key)
+        if route is None:
+            raise reject(
+                404,
+                "workflow_not_found",
+                f"workflow '{call.name}' is not deployed in namespace '{call.namespace}'",
+            )
+        call.known = True
+        if not route.entry.has_ready_target():
+            raise reject(
+                503,
+                "workflow_not_ready",
+                f"workflow '{call.name}' in namespace '{call.namespace}' has no ready revision yet",
+                headers=self._retry_after,
+            )
+        return route
+
+    async def read_object(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
+        """The body bytes and their parse. Raises 413 when too large, 422 unless a JSON object."""
+        length = request.content_length
+        if length is not None and length > self._max_body:
+            raise self._too_large()
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            # A chunked body with no Content-Length only shows its size while being read.
+            raise self._too_large() from None
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise reject(422, "invalid_json", f"request body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            kind = JSON_TYPE_NAMES.get(type(doc), type(doc).__name__)
+            raise reject(422, "invalid_json", f"request body must be a JSON object, not {kind}")
+        return raw, doc
+
+    def _too_large(self) -> Rejection:
+        return reject(413, "body_too_large", f"request body is larger than {self._max_body} bytes")
+
+    @staticmethod
+    def upstream_headers(request: web.Request, *, stream: bool) -> dict[str, str]:
+        """Headers for the runner: JSON body, the wanted answer type, correlation ids."""
+        headers: dict[str, str] = {
+            hdrs.CONTENT_TYPE: "application/json",
+            hdrs.ACCEPT: SSE_CONTENT_TYPE if stream else "application/json",
+        }
+        for name in FORWARDED_HEADERS:
+            value = request.headers.get(name)
+            if value is not None:
+                headers[name] = value
+        return headers
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold an in-flight slot for the block. Raises 429 when the queue is full."""
+        try:
+            await self._limiter.acquire()
+        except QueueFull:
+            raise reject(
+                429,
+                "over_limit",
+                f"the router is at its limit ({self._limiter.in_flight} calls in flight, "
+                f"{self._limiter.queued} queued); retry later",
+                headers=self._retry_after,
+            ) from None
+        try:
+            yield
+        finally:
+            self._limiter.release()
+
+    async def open(
+        self, call: Call, *, body: bytes, headers: dict[str, str], stream: bool
+    ) -> UpstreamReply:
+        """Send the call to the runner the route picks now; once more elsewhere if refused.
+
+        The route is looked up again because it may have changed while the call queued.
+        Raises 404/503 like ``route``, 502 or 504 when the runner fails.
+        """
+        route = self.route(call)
+        target = route.pick()
+        if target is None:  # route() saw a ready target; this keeps the type checker honest
+            raise reject(503, "workflow_not_ready", f"workflow '{call.name}' has no ready revision")
+        try:
+            try:
+                return await self._post(call, target, body=body, headers=headers, stream=stream)
+            except UpstreamUnavailable as exc:
+                # Refused before anything was sent: another runner cannot run it twice.
+                fallback = fallback_target(entry=route.entry, failed=target)
+                if not exc.before_send or fallback is None:
+                    raise
+                log.warning(
+                    "router.fallback",
+                    workflow=call.workflow,
+                    failed=target.revision,
+                    to=fallback.revision,
+                    error=str(exc),
+                )
+            return await self._post(call, fallback, body=body, headers=headers, stream=stream)
+        except (UpstreamTimeout, UpstreamUnavailable) as exc:
+            raise self._upstream_failure(call, exc) from None
+
+    async def _post(
+        self,
+        call: Call,
+        target: RouteTarget,
+        *,
+        body: bytes,
+        headers: dict[str, str],
+        stream: bool,
+    ) -> UpstreamReply:
+        call.revision = target.revision
+        return await self._runners.post(
+            url=target.url.rstrip("/") + INVOKE_PATH, body=body, headers=headers, stream=stream
+        )
+
+    async def read_reply(self, call: Call, reply: UpstreamReply) -> bytes:
+        """The runner's whole body. Raises 502 or 504 when the runner fails while sending it."""
+        try:
+            return await reply.read()
+        except (UpstreamTimeout, UpstreamUnavailable) as exc:
+            raise self._upstream_failure(call, exc) from None
+
+    def _upstream_failure(
+        self, call: Call, exc: UpstreamTimeout | UpstreamUnavailable
+    ) -> Rejection:
+        log.warning(
+            "router.upstream_failed", workflow=call.workflow, revision=call.revision, error=str(exc)
+        )
+        headers = {REVISION_HEADER: call.revision}
+        if isinstance(exc, UpstreamTimeout):
+            return reject(
+                504,
+                "upstream_timeout",
+                f"workflow '{call.name}' revision {call.revision} did not answer "
+                f"within {self._timeout_s:g}s",
+                headers=headers,
+            )
+        return reject(
+            502,
+            "upstream_unavailable",
+            f"workflow '{call.name}' revision {call.revision} is unreachable: {exc}",
+            headers=headers,
+        )
+
+    async def relay(
+        self, request: web.Request, call: Call, reply: UpstreamReply
+    ) -> web.StreamResponse:
+        """Pass an SSE answer through chunk by chunk, each written as soon as it arrives."""
+        response = web.StreamResponse(
+            status=reply.status,
+            headers={
+                hdrs.CONTENT_TYPE: reply.content_type,
+                hdrs.CACHE_CONTROL: "no-cache",
+                REVISION_HEADER: call.revision,
+            },
+        )
+        await response.prepare(request)
+        try:
+            try:
+                async for chunk in reply.chunks():
+                    await response.write(chunk)
+            except (UpstreamTimeout, UpstreamUnavailable) as exc:
+                # The status line is gone already: tell the client in-band, then end.
+                failure = self._upstream_failure(call, exc).response
+                call.status = failure.status
+                code = "upstream_timeout" if failure.status == 504 else "upstream_unavailable"
+                await response.write(sse_error(code, str(exc)))
+            await response.write_eof()
+        except ConnectionResetError:
+            call.status = 499  # the client went away; nginx's code for it
+        return response

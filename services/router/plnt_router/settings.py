@@ -1,0 +1,70 @@
+"""The router's settings: ``PLNT_ROUTER_*`` variables on top of the shared ``PLNT_*`` ones.
+
+Read once at start-up by ``app.main``; nothing else in the router reads the environment.
+The Helm chart's ``router`` values map one to one onto these variables.
+"""
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from plnt_common.settings import CommonSettings
+
+MIB = 1024 * 1024
+
+
+class RouterSettings(CommonSettings):
+    """How the router listens, how much it admits, and how long it waits for runners."""
+
+    model_config = SettingsConfigDict(env_prefix="PLNT_ROUTER_", extra="ignore")
+
+    host: str = Field(
+        default="127.0.0.1",
+        description="Interface to listen on; 0.0.0.0 in a container.",
+    )
+    port: int = Field(
+        default=8080,
+        ge=0,
+        le=65535,
+        description="TCP port to listen on; 0 picks a free one (printed at start-up).",
+    )
+    max_body_bytes: int = Field(
+        default=MIB,
+        ge=1,
+        description="Largest request body accepted; bigger bodies get 413.",
+    )
+    max_in_flight: int = Field(
+        default=256,
+        ge=1,
+        description="Calls forwarded to runners at the same time (also the connection pool size).",
+    )
+    max_queue: int = Field(
+        default=1024,
+        ge=0,
+        description="Calls waiting for an in-flight slot; beyond this the router answers 429.",
+    )
+    retry_after_s: int = Field(
+        default=1,
+        ge=1,
+        description="Seconds sent in Retry-After with 429 and 503 answers.",
+    )
+    upstream_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "Longest wait for a runner's whole JSON answer, or between two chunks of an "
+            "SSE stream; beyond it the router answers 504."
+        ),
+    )
+    shutdown_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="On SIGTERM/SIGINT, how long in-flight calls may take to finish.",
+    )
+    api_keys: dict[str, SecretStr] | None = Field(
+        default=None,
+        description=(
+            'Optional namespace -> API key map, as JSON (e.g. \'{"default": "s3cret"}\'). '
+            "Calls to a listed namespace need 'Authorization: Bearer <key>', else 401; "
+            "namespaces not listed stay open."
+        ),
+    )

@@ -1,0 +1,79 @@
+"""The router's in-memory route table: what every request reads instead of NATS.
+
+The table is filled and kept current by ``adapters.route_watch.RouteWatcher``; request
+handlers only read it, so a call costs one dict lookup and never a KV round trip. It is
+not the source of truth (the ``plnt-routes`` bucket is) and it does not decide which
+revision serves a call (``logic.choose_target`` does). Plain data, no I/O.
+"""
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from plnt_common.routes import RouteEntry, RouteTarget
+from plnt_router.logic import CanarySplit, choose_target
+
+
+@dataclass(slots=True)
+class Route:
+    """One workflow's current entry and the split state that outlives entry updates."""
+
+    entry: RouteEntry
+    split: CanarySplit = field(default_factory=CanarySplit)
+
+    def pick(self) -> RouteTarget | None:
+        """The target for the next call; None when nothing is ready."""
+        return choose_target(entry=self.entry, split=self.split)
+
+
+class RouteTable:
+    """Routes by KV key ``<namespace>.<name>``, plus whether the first full load is done."""
+
+    def __init__(self) -> None:
+        self._routes: dict[str, Route] = {}
+        self._loaded = False
+
+    @property
+    def loaded(self) -> bool:
+        """True once the watcher has applied every route that existed when it started."""
+        return self._loaded
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    def get(self, key: str) -> Route | None:
+        """The route stored under ``key``, or None when the workflow has no route."""
+        return self._routes.get(key)
+
+    def routes(self) -> Iterator[Route]:
+        """Every route, in no particular order (a snapshot, safe to iterate while updated)."""
+        return iter(list(self._routes.values()))
+
+    def put(self, *, key: str, entry: RouteEntry) -> None:
+        """Insert or replace ``key``; an existing route keeps its split counter."""
+        route = self._routes.get(key)
+        if route is None:
+            self._routes[key] = Route(entry=entry)
+        else:
+            # The split state is kept so a weight change mid-rollout stays exact.
+            route.entry = entry
+
+    def delete(self, *, key: str) -> None:
+        """Remove ``key``; removing an absent key is not an error."""
+        self._routes.pop(key, None)
+
+    def replace_all(self, entries: Mapping[str, RouteEntry]) -> None:
+        """Make the table equal to ``entries`` at once and mark it loaded.
+
+        Used after a (re)started watch has delivered every current value, so keys
+        deleted while the router was disconnected disappear too.
+        """
+        fresh: dict[str, Route] = {}
+        for key, entry in entries.items():
+            route = self._routes.get(key)
+            if route is None:
+                fresh[key] = Route(entry=entry)
+            else:
+                route.entry = entry
+                fresh[key] = route
+        self._routes = fresh
+        self._loaded = True

@@ -1,0 +1,16 @@
+"""plnt runner: executes one workflow (a DAG of LLM-calling steps) and serves it over HTTP.
+
+``POST /invoke`` runs the workflow on a JSON body (JSON or server-sent events back),
+``/healthz`` and ``/metrics`` serve operators. Steps whose deps are met run concurrently;
+LLM-backed steps are cached by (spec digest, step, input). This package does not deploy,
+route or scale anything: the saga, the router and the local backend do that.
+
+Layers: ``executor``, ``tools``, ``cache``, ``admission``, ``prompts``, ``heuristics`` and
+``offline`` do no I/O; ``adapters`` talk to the network and NVML; ``handlers`` and ``app``
+speak HTTP and wire the parts.
+"""
+
+from plnt_runner.app import create_app, main, serve
+from plnt_runner.settings import RunnerSettings
+
+__all__ = ["RunnerSettings", "create_app", "main", "serve"]

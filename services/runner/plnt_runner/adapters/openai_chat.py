@@ -1,0 +1,121 @@
+"""``LLMProvider`` over an OpenAI-compatible ``/chat/completions`` endpoint, via aiohttp.
+
+Works with OpenAI, vLLM, Ollama, LiteLLM and anything that speaks the same wire format,
+plain and streamed (server-sent ``data:`` lines ending in ``data: [DONE]``). It does not
+retry: a failure surfaces at once as ``LLMUnavailable`` naming the URL and the status.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import aiohttp
+
+from plnt_runner.errors import LLMUnavailable
+from plnt_runner.ports import Message
+
+_ERROR_SNIPPET = 300
+
+
+class OpenAIChatProvider:
+    """Calls ``{base_url}/chat/completions`` over a shared, pooled ``aiohttp.ClientSession``.
+
+    The session belongs to the caller, who closes it.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        model: str,
+        api_key: str = "",
+        timeout_s: float = 60.0,
+    ) -> None:
+        self._session = session
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._model = model
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    @property
+    def name(self) -> str:
+        return "openai"
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    async def complete(self, *, messages: Sequence[Message]) -> str:
+        """The reply's content; raises ``LLMUnavailable`` on non-2xx, no connection or a body
+        without ``choices[0].message.content``."""
+        payload = {"model": self._model, "messages": [dict(m) for m in messages]}
+        try:
+            async with self._session.post(
+                self._url, json=payload, headers=self._headers, timeout=self._timeout
+            ) as response:
+                await self._raise_for_status(response)
+                body = await response.json(content_type=None)
+        except LLMUnavailable:
+            raise
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise LLMUnavailable(f"LLM endpoint {self._url} failed: {_describe(exc)}") from None
+        try:
+            content = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise LLMUnavailable(
+                f"LLM endpoint {self._url} answered without choices[0].message.content"
+            ) from None
+        return content if isinstance(content, str) else ""
+
+    async def stream(self, *, messages: Sequence[Message]) -> AsyncIterator[str]:
+        """Content deltas as the server sends them; raises ``LLMUnavailable`` on non-2xx, a
+        broken connection, or a stream cut before ``[DONE]`` or a ``finish_reason``."""
+        payload = {"model": self._model, "messages": [dict(m) for m in messages], "stream": True}
+        finished = False
+        try:
+            async with self._session.post(
+                self._url, json=payload, headers=self._headers, timeout=self._timeout
+            ) as response:
+                await self._raise_for_status(response)
+                async for raw in response.content:
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, ": keep-alive" comments, event: lines
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        return
+                    choice = _first_choice(json.loads(data))
+                    finished = finished or bool(choice.get("finish_reason"))
+                    delta = (choice.get("delta") or {}).get("content")
+                    if isinstance(delta, str) and delta:
+                        yield delta
+        except LLMUnavailable:
+            raise
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise LLMUnavailable(f"LLM stream from {self._url} failed: {_describe(exc)}") from None
+        if not finished:
+            raise LLMUnavailable(f"LLM stream from {self._url} ended before [DONE]")
+
+    async def _raise_for_status(self, response: aiohttp.ClientResponse) -> None:
+        if 200 <= response.status < 300:
+            return
+        detail = (await response.text(errors="replace"))[:_ERROR_SNIPPET].strip()
+        raise LLMUnavailable(
+            f"LLM endpoint {self._url} answered {response.status} {response.reason or ''}".rstrip()
+            + (f": {detail}" if detail else "")
+        )
+
+
+def _first_choice(chunk: Any) -> dict[str, Any]:
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return {}  # e.g. a usage-only chunk
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,219 @@
+"""Wiring of the runner process: load the workflow, build the executor, serve HTTP.
+
+``create_app`` returns the aiohttp application (routes in ``handlers``), ``serve`` runs it
+until SIGTERM or SIGINT and then shuts down gracefully, ``main`` is ``plnt serve runner``.
+No request handling and no workflow logic live here.
+"""
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+from aiohttp import web
+from pydantic import ValidationError
+
+from plnt_common.errors import PlntError, SpecInvalid
+from plnt_common.logs import configure_logging, get_logger
+from plnt_common.workflow import parse_workflow, spec_digest
+from plnt_runner import handlers
+from plnt_runner.adapters.http_post import AiohttpPoster
+from plnt_runner.adapters.nvml import GpuProbe
+from plnt_runner.adapters.openai_chat import OpenAIChatProvider
+from plnt_runner.admission import Admission
+from plnt_runner.cache import StepCache
+from plnt_runner.executor import Executor
+from plnt_runner.offline import OfflineProvider
+from plnt_runner.ports import LLMProvider
+from plnt_runner.settings import RunnerSettings
+from plnt_runner.state import RunnerState
+from plnt_runner.tools import build_tools, check_workflow
+
+log = get_logger("plnt.runner")
+
+
+def create_app(settings: RunnerSettings, *, provider: LLMProvider | None = None) -> web.Application:
+    """The runner's web application for ``settings.workflow_file``.
+
+    ``provider`` replaces the LLM provider chosen from settings (OpenAI-compatible when
+    ``llm_base_url`` is set, offline otherwise). Raises ``SpecInvalid`` when the workflow file
+    cannot be read or is not a valid workflow this runner can execute.
+    """
+    try:
+        raw = settings.workflow_file.read_bytes()
+    except OSError as exc:
+        raise SpecInvalid(
+            f"cannot read workflow file {settings.workflow_file}: {exc.strerror or exc}"
+        ) from None
+    workflow = parse_workflow(raw)
+    check_workflow(workflow)
+    state = RunnerState(
+        settings=settings,
+        workflow=workflow,
+        digest=spec_digest(raw),
+        admission=Admission(max_in_flight=settings.max_in_flight, max_queue=settings.max_queue),
+        cache=StepCache(max_entries=settings.cache_size) if settings.cache_size else None,
+    )
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    app[handlers.STATE] = state
+    app.cleanup_ctx.append(_runtime(provider))
+    app.on_response_prepare.append(handlers.add_revision_header)
+    app.router.add_post("/invoke", handlers.invoke)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/metrics", handlers.metrics)
+    return app
+
+
+def _runtime(
+    provider: LLMProvider | None,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Startup and cleanup: one pooled client session for the LLM and ``http.request``,
+    closed only after in-flight requests are done (aiohttp runs cleanup contexts last)."""
+
+    async def runtime(app: web.Application) -> AsyncIterator[None]:
+        state = app[handlers.STATE]
+        settings = state.settings
+        connector = aiohttp.TCPConnector(limit=max(100, 4 * settings.max_in_flight))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            llm = provider or _provider_from(settings, session)
+            poster = AiohttpPoster(session=session, timeout_s=settings.step_timeout_s)
+            state.executor = Executor(
+                workflow=state.workflow,
+                digest=state.digest,
+                tools=build_tools(llm=llm, http=poster),
+                cache=state.cache,
+                step_timeout_s=settings.step_timeout_s,
+            )
+            state.provider = llm.name
+            state.gpu = GpuProbe.open()
+            try:
+                yield
+            finally:
+                if state.gpu is not None:
+                    state.gpu.close()
+                state.gpu = None
+                state.executor = None
+
+    return runtime
+
+
+def _provider_from(settings: RunnerSettings, session: aiohttp.ClientSession) -> LLMProvider:
+    if not settings.llm_base_url:
+        return OfflineProvider()
+    return OpenAIChatProvider(
+        session=session,
+        base_url=settings.llm_base_url,
+        model=settings.llm_model,
+        api_key=settings.llm_api_key,
+        timeout_s=settings.step_timeout_s,
+    )
+
+
+async def serve(settings: RunnerSettings) -> None:
+    """Serve until SIGTERM or SIGINT, then stop accepting connections and let in-flight
+    invocations finish (up to ``shutdown_timeout_s``).
+
+    Prints ``listening on http://host:port`` to stdout once the socket listens: other
+    processes read that line to learn the port when ``port`` is 0.
+    """
+    app = create_app(settings)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=settings.shutdown_timeout_s
+    )
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        sock = _listen(settings.host, settings.port)
+        await web.SockSite(runner, sock).start()
+        url = _url(sock)
+        print(f"listening on {url}", flush=True)
+        state = app[handlers.STATE]
+        log.info(
+            "listening",
+            url=url,
+            workflow=state.name,
+            version=state.workflow.metadata.version,
+            digest=state.digest,
+            revision=settings.revision,
+            provider=state.provider,
+        )
+        watchdog = (
+            asyncio.create_task(_stop_when_gone(settings.exit_with_pid, stop))
+            if settings.exit_with_pid
+            else None
+        )
+        await stop.wait()
+        if watchdog is not None:
+            watchdog.cancel()
+        log.info("shutting_down", in_flight=state.admission.in_flight)
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+    log.info("stopped")
+
+
+async def _stop_when_gone(pid: int, stop: asyncio.Event) -> None:
+    """Set ``stop`` once ``pid`` no longer exists (polled: there is no portable pid wait)."""
+    while not stop.is_set():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            log.info("owner_gone", pid=pid)
+            stop.set()
+            return
+        except PermissionError:
+            pass  # alive, owned by another user
+        await asyncio.sleep(1.0)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A bound TCP socket; binding ourselves is how port 0 tells us the port it picked."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def main() -> None:
+    """Entry point of ``plnt serve runner``: settings from ``PLNT_RUNNER_*``, exit 0 on a
+    signal-driven shutdown, 2 on bad settings, 1 on a bad workflow or an unusable port."""
+    try:
+        settings = RunnerSettings()
+    except ValidationError as exc:
+        print(f"plnt runner: invalid settings: {_describe_settings_error(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    configure_logging(level=settings.log_level, fmt=settings.log_format, service="runner")
+    try:
+        asyncio.run(serve(settings))
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
+        raise SystemExit(130) from None
+    except (PlntError, OSError) as exc:
+        log.error("runner_failed", cause=str(exc))
+        print(f"plnt runner: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _describe_settings_error(exc: ValidationError) -> str:
+    """Name environment variables rather than field names: that is what users set."""
+    problems = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"])
+        problems.append(f"PLNT_RUNNER_{field.upper()}: {error['msg']}")
+    return "; ".join(problems)

@@ -1,0 +1,194 @@
+"""HTTP handlers of the runner: ``POST /invoke`` (JSON or SSE), ``/healthz``, ``/metrics``.
+
+They decode the request, take an admission slot, call the executor and encode what it
+returns; every error is JSON with a clear message. They decide nothing about the workflow.
+"""
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from plnt_common.logs import get_logger
+from plnt_runner.admission import Saturated
+from plnt_runner.errors import StepFailed
+from plnt_runner.executor import Event, Executor, Invocation, StepFinished
+from plnt_runner.response import error_body, invocation_body, step_event, token_event
+from plnt_runner.state import RunnerState
+
+STATE = web.AppKey("plnt_runner_state", RunnerState)
+REVISION_HEADER = "x-plnt-revision"
+RETRY_AFTER_S = 1
+"""Retry-After on 429: invocations take about a second, so a slot frees up within one."""
+
+log = get_logger("plnt.runner.http")
+
+
+async def invoke(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    executor = state.executor
+    if executor is None:
+        return _error(503, "NotReady", "the runner is still starting")
+    limit = state.settings.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        state.record(status="invalid", seconds=None)
+        return _error(413, "BodyTooLarge", f"body is over the {limit}-byte limit")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        state.record(status="invalid", seconds=None)
+        return _error(413, "BodyTooLarge", f"body is over the {limit}-byte limit")
+    body, problem = _decode(raw)
+    if body is None:
+        state.record(status="invalid", seconds=None)
+        return _error(422, "BadRequest", problem)
+    started = time.perf_counter()
+    try:
+        async with state.admission.slot():
+            if "text/event-stream" in request.headers.get("Accept", ""):
+                return await _invoke_sse(request, state, executor, body, started)
+            return await _invoke_json(state, executor, body, started)
+    except Saturated:
+        state.record(status="rejected", seconds=None)
+        response = _error(
+            429,
+            "Saturated",
+            f"runner saturated: {state.admission.in_flight} in flight and "
+            f"{state.admission.waiting} waiting; retry after {RETRY_AFTER_S}s",
+        )
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
+
+
+async def _invoke_json(
+    state: RunnerState, executor: Executor, body: dict[str, Any], started: float
+) -> web.Response:
+    try:
+        invocation = await executor.run(body)
+    except StepFailed as exc:
+        state.record(status="error", seconds=time.perf_counter() - started)
+        log.warning("invocation_failed", step=exc.step, tool=exc.tool, cause=exc.cause)
+        return _error(500, exc.reason, str(exc), step=exc.step)
+    state.record(status="ok", seconds=time.perf_counter() - started)
+    return web.json_response(_result(state, executor, invocation))
+
+
+async def _invoke_sse(
+    request: web.Request,
+    state: RunnerState,
+    executor: Executor,
+    body: dict[str, Any],
+    started: float,
+) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",  # tell proxies such as nginx not to buffer events
+        }
+    )
+    await response.prepare(request)
+    # The executor calls back synchronously; a queue lets this task write at its own pace.
+    events: asyncio.Queue[Event | None] = asyncio.Queue()
+    run = asyncio.create_task(executor.run(body, on_event=events.put_nowait))
+    run.add_done_callback(lambda _: events.put_nowait(None))
+    try:
+        while (event := await events.get()) is not None:
+            if isinstance(event, StepFinished):
+                await response.write(_sse("step", step_event(event)))
+            else:
+                await response.write(_sse("token", token_event(event)))
+        try:
+            invocation = run.result()
+        except StepFailed as exc:
+            state.record(status="error", seconds=time.perf_counter() - started)
+            log.warning("invocation_failed", step=exc.step, tool=exc.tool, cause=exc.cause)
+            await response.write(
+                _sse(
+                    "error",
+                    error_body(status=500, reason=exc.reason, message=str(exc), step=exc.step),
+                )
+            )
+        else:
+            state.record(status="ok", seconds=time.perf_counter() - started)
+            await response.write(_sse("result", _result(state, executor, invocation)))
+        await response.write_eof()
+    except ConnectionResetError:
+        state.record(status="disconnected", seconds=time.perf_counter() - started)
+        log.info("sse_client_disconnected")
+    finally:
+        if not run.done():
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    return response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.executor is None:
+        return web.json_response({"status": "starting"}, status=503)
+    return web.json_response(
+        {
+            "status": "ok",
+            "workflow": state.name,
+            "version": state.workflow.metadata.version,
+            "digest": state.digest,
+            "revision": state.settings.revision,
+            "provider": state.provider,
+            "in_flight": state.admission.in_flight,
+            "waiting": state.admission.waiting,
+            "cache": state.cache.stats() if state.cache is not None else None,
+        }
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    gpu = request.app[STATE].gpu
+    if gpu is not None:
+        gpu.sample()  # sampled on scrape: as fresh as the scraper wants, no background task
+    return web.Response(
+        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+async def add_revision_header(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` hook: every answer names the revision that gave it."""
+    response.headers[REVISION_HEADER] = request.app[STATE].settings.revision
+
+
+def _decode(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    """The body as a JSON object, or None and what is wrong with it."""
+    if not raw.strip():
+        return None, "body is empty; send a JSON object"
+    try:
+        value = json.loads(raw.decode("utf-8-sig"))  # JSON on the wire is UTF-8 (RFC 8259)
+    except UnicodeDecodeError:
+        return None, "body is not UTF-8 JSON"
+    except ValueError as exc:
+        return None, f"body is not valid JSON: {exc}"
+    if not isinstance(value, dict):
+        return None, f"body must be a JSON object, got {type(value).__name__}"
+    return value, ""
+
+
+def _result(state: RunnerState, executor: Executor, invocation: Invocation) -> dict[str, Any]:
+    return invocation_body(
+        invocation=invocation,
+        sinks=executor.sinks,
+        workflow=state.name,
+        version=state.workflow.metadata.version,
+        revision=state.settings.revision,
+        provider=state.provider,
+    )
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def _error(status: int, reason: str, message: str, *, step: str | None = None) -> web.Response:
+    body = error_body(status=status, reason=reason, message=message, step=step)
+    return web.json_response(body, status=status)

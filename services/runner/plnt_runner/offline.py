@@ -1,0 +1,90 @@
+"""The offline LLM provider: deterministic answers computed from plnt's own prompts.
+
+Used when no ``llm_base_url`` is configured so plnt can be tried without an API key. It
+reads the task and payload of a prompt built by ``plnt_runner.prompts`` and answers with
+``plnt_runner.heuristics``; every text it writes starts with ``[offline]`` so nobody mistakes
+it for a model's answer. It performs no I/O and never fails.
+"""
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from plnt_runner import heuristics
+from plnt_runner.ports import Message
+from plnt_runner.prompts import Task, read_messages
+
+OFFLINE_PREFIX = "[offline] "
+_CHUNK = re.compile(r"\S+\s*")
+
+
+class OfflineProvider:
+    """An ``LLMProvider`` that needs no network and gives the same answer to the same prompt."""
+
+    @property
+    def name(self) -> str:
+        return "offline"
+
+    async def complete(self, *, messages: Sequence[Message]) -> str:
+        return answer(messages)
+
+    async def stream(self, *, messages: Sequence[Message]) -> AsyncIterator[str]:
+        for chunk in _CHUNK.findall(answer(messages)):
+            yield chunk
+            # Yield to the loop between deltas, as a network stream would, so SSE clients
+            # see tokens arrive one by one rather than in a single burst.
+            await asyncio.sleep(0)
+
+
+def answer(messages: Sequence[Message]) -> str:
+    """The offline reply to ``messages``: JSON for classify and moderate, text otherwise."""
+    task, payload = read_messages(messages)
+    message = str(payload.get("message", ""))
+    if task is Task.CLASSIFY:
+        reading = heuristics.read_message(message)
+        return json.dumps(
+            {
+                "sentiment": reading.sentiment,
+                "topic": reading.topic,
+                "praise": heuristics.subjects_of(reading.praise),
+                "concerns": heuristics.subjects_of(reading.concerns),
+            }
+        )
+    if task is Task.BRAND_VOICE:
+        passages = [str(p) for p in payload.get("passages", ()) if isinstance(p, str)]
+        return OFFLINE_PREFIX + heuristics.voice_guidance(
+            reading=heuristics.read_message(message),
+            voice=str(payload.get("brand_voice", "")),
+            passages=passages,
+        )
+    if task is Task.DRAFT:
+        return OFFLINE_PREFIX + heuristics.compose_reply(
+            reading=heuristics.read_message(message),
+            voice=_draft_voice(payload),
+        )
+    if task is Task.MODERATE:
+        draft = str(payload.get("draft", "")).removeprefix(OFFLINE_PREFIX)
+        terms = payload.get("blocked_terms", ())
+        reasons = heuristics.moderate(
+            draft=draft, blocked_terms=[str(t) for t in terms] if isinstance(terms, list) else []
+        )
+        return json.dumps({"allowed": not reasons, "reasons": reasons})
+    return (
+        f"{OFFLINE_PREFIX}No LLM is configured (set PLNT_RUNNER_LLM_BASE_URL). "
+        f"You asked: {message[:200]}"
+    )
+
+
+def _draft_voice(payload: Mapping[str, Any]) -> str:
+    """The voice a draft should use: the request's, else one a context step retrieved."""
+    voice = payload.get("brand_voice")
+    if isinstance(voice, str) and voice:
+        return voice
+    context = payload.get("context")
+    if isinstance(context, Mapping):
+        for output in context.values():
+            if isinstance(output, Mapping) and isinstance(output.get("brand_voice"), str):
+                return str(output["brand_voice"])
+    return ""

@@ -1,0 +1,1 @@
+"""I/O of the smoke service: HTTP calls to the canary."""

@@ -1,0 +1,55 @@
+"""Pure smoke figures and verdict; imports no I/O library."""
+
+import math
+from dataclasses import dataclass
+
+from plnt_common.events import SmokeFigures
+from plnt_common.resources import SmokeTest
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One smoke invocation: how long it took and whether it succeeded."""
+
+    latency_ms: float
+    ok: bool
+    error: str = ""
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def judge(samples: list[Sample], budget: SmokeTest) -> SmokeFigures:
+    """Figures over all samples; passed when p95 and the error rate are within budget."""
+    latencies = [s.latency_ms for s in samples]
+    errors = [s for s in samples if not s.ok]
+    error_percent = 100.0 * len(errors) / len(samples) if samples else 100.0
+    p50, p95 = percentile(latencies, 0.50), percentile(latencies, 0.95)
+    problems = []
+    if error_percent > budget.error_budget_percent:
+        first = errors[0].error if errors else "no invocations"
+        problems.append(
+            f"error rate {error_percent:.1f}% over budget {budget.error_budget_percent:g}% (first error: {first})"
+        )
+    if p95 > budget.p95_budget_ms:
+        problems.append(f"p95 {p95:.0f} ms over budget {budget.p95_budget_ms:g} ms")
+    passed = not problems
+    reason = (
+        f"p95 {p95:.0f} ms <= {budget.p95_budget_ms:g} ms, errors {error_percent:.1f}% <= {budget.error_budget_percent:g}%"
+        if passed
+        else "; ".join(problems)
+    )
+    return SmokeFigures(
+        invocations=len(samples),
+        p50_ms=round(p50, 2),
+        p95_ms=round(p95, 2),
+        error_percent=round(error_percent, 2),
+        passed=passed,
+        reason=reason,
+    )

@@ -1,0 +1,1 @@
+"""I/O of the watcher: the resource source and the ``plnt-runs`` projection bucket."""

@@ -1,0 +1,41 @@
+"""The embedded resource source: WorkflowRuns in the ``plnt-resources`` KV store."""
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from plnt_common.errors import ResourceNotFound
+from plnt_common.resource_store import PLURALS, ResourceStore
+
+KIND = "WorkflowRun"
+
+
+class EmbeddedSource:
+    def __init__(self, store: ResourceStore) -> None:
+        self._store = store
+
+    async def watch(self) -> AsyncIterator[tuple[str, str, dict[str, Any] | None]]:
+        prefix = PLURALS[KIND] + "."
+        async for key, stored in self._store.watch():
+            if not key.startswith(prefix):
+                continue
+            _, namespace, name = key.split(".", 2)
+            yield namespace, name, stored.body if stored else None
+
+    async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
+        try:
+            await self._store.add_finalizer(KIND, namespace, name, finalizer)
+        except ResourceNotFound:
+            pass  # deleted meanwhile: the watch reports it
+
+    async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
+        try:
+            await self._store.remove_finalizer(KIND, namespace, name, finalizer)
+        except ResourceNotFound:
+            pass
+
+    async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        try:
+            await self._store.update_status(KIND, namespace, name, status)
+        except ResourceNotFound:
+            return False
+        return True

@@ -1,0 +1,44 @@
+"""Watcher handlers: fold events into the projection and reflect it on the resource."""
+
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import Delivery
+from plnt_common.events import Envelope, EventType
+from plnt_common.logs import get_logger
+from plnt_common.metrics import DEPLOY_DURATION
+from plnt_watcher.adapters.projections import ProjectionStore
+from plnt_watcher.logic import FINALIZER, status_document
+from plnt_watcher.ports import ResourceSource
+
+log = get_logger(__name__)
+SERVICE = "watcher"
+
+
+class ProjectionHandlers:
+    def __init__(self, *, bus: Bus, projections: ProjectionStore, source: ResourceSource) -> None:
+        self._bus = bus
+        self._projections = projections
+        self._source = source
+
+    async def handle(self, event: Envelope, delivery: Delivery) -> None:
+        projection, changed = await self._projections.fold(event)
+        if projection is None:
+            log.info("event.no_projection", reason="stale event of a removed run")
+            return
+        if changed and event.event_type.is_terminal and projection.requested_at:
+            seconds = (event.time - projection.requested_at).total_seconds()
+            DEPLOY_DURATION.labels(event.event_type.value).observe(max(0.0, seconds))
+        if projection.removed:
+            await self._source.release_finalizer(
+                namespace=event.namespace, name=event.name, finalizer=FINALIZER
+            )
+            await self._projections.delete(namespace=event.namespace, name=event.name)
+            log.info("run.finalized")
+            return
+        if changed or event.event_type is EventType.RUN_REQUESTED:
+            await self._source.write_status(
+                namespace=event.namespace, name=event.name, status=status_document(projection)
+            )
+
+    async def on_exhausted(self, event: Envelope, exc: BaseException) -> None:
+        """The projection could not take this event: say so loudly; the stream keeps it."""
+        log.error("projection.event_dropped", error=str(exc))

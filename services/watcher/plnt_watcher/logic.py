@@ -1,0 +1,83 @@
+"""Pure watcher decisions: what a resource change asks for, when a step is overdue.
+
+Imports no I/O library. ``ResourceFacts`` is what the source observed; the projection
+is what the saga reported; the result says what to do, never how.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from plnt_common.projection import RunProjection
+from plnt_common.status import Phase
+
+FINALIZER = "plnt.work/saga"
+
+
+@dataclass(frozen=True)
+class ResourceFacts:
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    finalizers: tuple[str, ...]
+    deleting: bool
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> "ResourceFacts":
+        meta = body["metadata"]
+        return cls(
+            namespace=meta.get("namespace") or "default",
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            generation=int(meta.get("generation", 1)),
+            finalizers=tuple(meta.get("finalizers") or ()),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+
+class Action(StrEnum):
+    ADD_FINALIZER = "add-finalizer"
+    WRITE_PENDING = "write-pending"
+    REQUEST_SAGA = "request-saga"
+    REQUEST_DELETION = "request-deletion"
+    RELEASE_FINALIZER = "release-finalizer"
+
+
+def decide(facts: ResourceFacts, projection: RunProjection | None) -> list[Action]:
+    """The actions a resource's current state calls for, in order."""
+    if facts.deleting:
+        if projection is not None and projection.removed:
+            return [Action.RELEASE_FINALIZER] if FINALIZER in facts.finalizers else []
+        if projection is None or not projection.deleting:
+            return [Action.REQUEST_DELETION]
+        return []
+    actions = []
+    if FINALIZER not in facts.finalizers:
+        actions.append(Action.ADD_FINALIZER)
+    if projection is None or projection.generation < facts.generation:
+        if projection is None:
+            actions.append(Action.WRITE_PENDING)
+        actions.append(Action.REQUEST_SAGA)
+    return actions
+
+
+def overdue_phase(
+    projection: RunProjection, *, now: datetime, deadlines: dict[str, float]
+) -> tuple[str, float] | None:
+    """The phase and its deadline when the current saga step has run too long."""
+    phase = projection.status.phase
+    deadline = deadlines.get(phase.value)
+    if deadline is None or projection.phase_since is None or not projection.saga_active:
+        return None
+    if phase in (Phase.DELETING,) or projection.deleting:
+        return None
+    if (now - projection.phase_since).total_seconds() > deadline:
+        return phase.value, deadline
+    return None
+
+
+def status_document(projection: RunProjection) -> dict[str, Any]:
+    """The resource status as the Kubernetes API would show it."""
+    return projection.status.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,208 @@
+"""The watcher's two long-running loops: resources to sagas, and step deadlines."""
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from plnt_common.bus.bus import Bus
+from plnt_common.errors import SpecInvalid
+from plnt_common.events import (
+    EventType,
+    RunDeleted,
+    RunRequested,
+    RunSnapshot,
+    StepTimedOut,
+    new_event,
+    saga_id,
+)
+from plnt_common.logs import get_logger
+from plnt_common.projection import RunProjection, saga_order
+from plnt_common.resources import WorkflowRun, parse_resource
+from plnt_watcher import logic
+from plnt_watcher.adapters.projections import ProjectionStore
+from plnt_watcher.handlers import SERVICE
+from plnt_watcher.ports import ResourceSource
+
+log = get_logger(__name__)
+
+
+class ResourceLoop:
+    """Turns resource changes into saga starts, deletions and finalizer changes."""
+
+    def __init__(self, *, bus: Bus, source: ResourceSource, projections: ProjectionStore) -> None:
+        self._bus = bus
+        self._source = source
+        self._projections = projections
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                async for namespace, name, body in self._source.watch():
+                    await self._on_change(namespace, name, body)
+            except Exception as exc:  # a broken watch is re-established; nothing is lost
+                log.warning("resources.watch_restarted", error=repr(exc))
+                await asyncio.sleep(0.5)
+
+    async def _on_change(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
+        projection = await self._projections.get(namespace=namespace, name=name)
+        if body is None:
+            await self._on_gone(namespace, name, projection)
+            return
+        facts = logic.ResourceFacts.from_body(body)
+        for action in logic.decide(facts, projection):
+            await self._act(action, facts, body, projection)
+
+    async def _on_gone(self, namespace: str, name: str, projection: RunProjection | None) -> None:
+        if projection is None:
+            return
+        if projection.removed:
+            await self._projections.delete(namespace=namespace, name=name)
+        elif not projection.deleting:  # deleted without our finalizer: still clean up
+            await self._request_deletion(namespace, name, projection)
+
+    async def _act(
+        self,
+        action: logic.Action,
+        facts: logic.ResourceFacts,
+        body: dict[str, Any],
+        projection: RunProjection | None,
+    ) -> None:
+        match action:
+            case logic.Action.ADD_FINALIZER:
+                await self._source.add_finalizer(
+                    namespace=facts.namespace, name=facts.name, finalizer=logic.FINALIZER
+                )
+            case logic.Action.WRITE_PENDING:
+                if not body.get("status"):
+                    await self._source.write_status(
+                        namespace=facts.namespace, name=facts.name, status={"phase": "Pending"}
+                    )
+            case logic.Action.REQUEST_SAGA:
+                await self._request_saga(facts, body)
+            case logic.Action.REQUEST_DELETION:
+                await self._request_deletion(facts.namespace, facts.name, projection)
+            case logic.Action.RELEASE_FINALIZER:
+                await self._source.release_finalizer(
+                    namespace=facts.namespace, name=facts.name, finalizer=logic.FINALIZER
+                )
+
+    async def _free_saga_id(
+        self, namespace: str, name: str, generation: int, after: int = 0
+    ) -> str:
+        """The first saga id of this generation no earlier saga has ended under.
+
+        A run deleted and created again starts at generation 1; skipping claimed ids keeps
+        its sagas from colliding with the earlier object's in ``plnt-sagas`` and dedup.
+        """
+        attempt = after + 1
+        while await self._bus.saga_ended(saga_id(namespace, name, generation, attempt)):
+            attempt += 1
+        return saga_id(namespace, name, generation, attempt)
+
+    async def _request_saga(self, facts: logic.ResourceFacts, body: dict[str, Any]) -> None:
+        try:
+            run = parse_resource({k: v for k, v in body.items() if k != "status"})
+        except SpecInvalid as exc:
+            log.error(
+                "resource.invalid", namespace=facts.namespace, name=facts.name, error=str(exc)
+            )
+            return
+        assert isinstance(run, WorkflowRun)
+        sagaid = await self._free_saga_id(facts.namespace, facts.name, facts.generation)
+        snapshot = RunSnapshot(
+            namespace=facts.namespace,
+            name=facts.name,
+            uid=facts.uid,
+            generation=facts.generation,
+            spec=run.spec,
+        )
+        event = new_event(
+            EventType.RUN_REQUESTED,
+            RunRequested(run=snapshot),
+            namespace=facts.namespace,
+            name=facts.name,
+            sagaid=sagaid,
+            generation=facts.generation,
+            source=SERVICE,
+        )
+        if await self._bus.publish(event):
+            log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
+
+    async def _request_deletion(
+        self, namespace: str, name: str, projection: RunProjection | None
+    ) -> None:
+        generation, attempt = (
+            saga_order(projection.saga_id) if projection and projection.saga_id else (1, 0)
+        )
+        sagaid = await self._free_saga_id(namespace, name, generation, after=attempt)
+        event = new_event(
+            EventType.RUN_DELETED,
+            RunDeleted(),
+            namespace=namespace,
+            name=name,
+            sagaid=sagaid,
+            generation=generation,
+            source=SERVICE,
+        )
+        if await self._bus.publish(event):
+            log.info("saga.deletion_requested", sagaid=sagaid)
+
+
+class DeadlineLoop:
+    """Publishes ``step.timed_out`` once for a saga step that passed its deadline."""
+
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        projections: ProjectionStore,
+        deadlines: dict[str, float],
+        interval_s: float,
+    ) -> None:
+        self._bus = bus
+        self._projections = projections
+        self._deadlines = deadlines
+        self._interval_s = interval_s
+        self._known: dict[str, RunProjection] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        follower = asyncio.create_task(self._follow())
+        try:
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=self._interval_s)
+                except TimeoutError:
+                    await self.check(datetime.now(UTC))
+        finally:
+            follower.cancel()
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async for key, projection in self._projections.watch():
+                    if projection is None:
+                        self._known.pop(key, None)
+                    else:
+                        self._known[key] = projection
+            except Exception as exc:  # re-follow after a reconnect
+                log.warning("deadlines.watch_restarted", error=repr(exc))
+                await asyncio.sleep(0.5)
+
+    async def check(self, now: datetime) -> None:
+        for projection in list(self._known.values()):
+            overdue = logic.overdue_phase(projection, now=now, deadlines=self._deadlines)
+            if overdue is None:
+                continue
+            phase, deadline = overdue
+            generation, _ = saga_order(projection.saga_id)
+            event = new_event(
+                EventType.STEP_TIMED_OUT,
+                StepTimedOut(phase=phase, deadline_s=deadline),
+                namespace=projection.namespace,
+                name=projection.name,
+                sagaid=projection.saga_id,
+                generation=generation,
+                source=SERVICE,
+            )
+            if await self._bus.publish(event, step=phase.lower()):
+                log.warning("saga.step_timed_out", sagaid=projection.saga_id, phase=phase)

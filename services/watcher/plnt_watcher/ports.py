@@ -1,0 +1,20 @@
+"""Where WorkflowRuns come from: the embedded store here, the Kubernetes API later."""
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+
+class ResourceSource(Protocol):
+    """WorkflowRun objects as the Kubernetes API shows them (apiVersion, metadata, spec, status)."""
+
+    def watch(self) -> AsyncIterator[tuple[str, str, dict[str, Any] | None]]:
+        """(namespace, name, body) for every object, then for each change; None body = gone."""
+
+    async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
+        """Add ``finalizer`` unless present or the object is being deleted."""
+
+    async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
+        """Remove ``finalizer``; an object marked for deletion then goes away."""
+
+    async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        """Replace the status (status subresource); False when the object is gone."""

@@ -1,0 +1,124 @@
+"""The bus against a real nats-server: dedup by Nats-Msg-Id, retries, poison, exhaustion."""
+
+import asyncio
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer
+from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
+
+
+def deleted_event(name: str, generation: int = 1) -> Envelope:
+    return new_event(
+        EventType.RUN_DELETED,
+        RunDeleted(),
+        namespace="default",
+        name=name,
+        sagaid=saga_id("default", name, generation),
+        generation=generation,
+        source="test",
+    )
+
+
+async def consume_until(
+    bus: Bus, spec: ConsumerSpec, handler, on_exhausted, done: asyncio.Event
+) -> None:
+    stop = asyncio.Event()
+    consumer = EventConsumer(bus, spec, handler, on_exhausted)
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        await asyncio.wait_for(done.wait(), timeout=20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=10)
+
+
+async def test_publishing_the_same_saga_step_twice_stores_one_message(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    event = deleted_event("a")
+    assert await bus.publish(event) is True
+    assert await bus.publish(event.model_copy(update={"id": "other"})) is False
+    info = await bus.js.stream_info(subjects.STREAM)
+    assert info.state.messages == 1
+    await bus.close()
+
+
+async def test_a_failing_handler_is_retried_then_acked(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("a"))
+    attempts: list[int] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        attempts.append(delivery.attempt)
+        if delivery.attempt < 3:
+            raise RuntimeError("transient")
+        done.set()
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        raise AssertionError("must not exhaust")
+
+    spec = ConsumerSpec(
+        service="retry", filters=(subjects.event_filter(EventType.RUN_DELETED),), backoff_s=(0.05,)
+    )
+    await consume_until(bus, spec, handler, exhausted, done)
+    assert attempts == [1, 2, 3]
+    await bus.close()
+
+
+async def test_exhausted_deliveries_publish_the_failure_and_poison_is_skipped(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.nc.publish(  # a poison message straight onto the stream's subject
+        subjects.event_subject(EventType.RUN_DELETED, "default", "poison"), b"{not json"
+    )
+    await bus.nc.flush()
+    await bus.publish(deleted_event("b"))
+    seen: list[str] = []
+    exhausted_for: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        seen.append(event.name)
+        raise RuntimeError("always fails")
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        exhausted_for.append(event.name)
+        done.set()
+
+    spec = ConsumerSpec(
+        service="exhaust",
+        filters=(subjects.event_filter(EventType.RUN_DELETED),),
+        max_attempts=3,
+        backoff_s=(0.05,),
+    )
+    await consume_until(bus, spec, handler, exhausted, done)
+    assert seen == ["b", "b", "b"]
+    assert exhausted_for == ["b"]
+    consumer = await bus.js.consumer_info(subjects.STREAM, subjects.durable_name("exhaust"))
+    assert consumer.num_ack_pending == 0
+    await bus.close()
+
+
+async def test_a_handler_slower_than_ack_wait_runs_once(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("slow"))
+    runs: list[int] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        runs.append(delivery.attempt)
+        await asyncio.sleep(3.5)  # ack wait is 1.5 s: heartbeats keep the message ours
+        done.set()
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        raise AssertionError("must not exhaust")
+
+    spec = ConsumerSpec(
+        service="slow", filters=(subjects.event_filter(EventType.RUN_DELETED),), ack_wait_s=1.5
+    )
+    await consume_until(bus, spec, handler, exhausted, done)
+    await asyncio.sleep(2)
+    assert runs == [1]
+    await bus.close()

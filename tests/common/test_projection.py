@@ -1,0 +1,166 @@
+"""The projection fold: phases per event, stale and duplicate events, order tolerance."""
+
+import pytest
+
+from plnt_common.events import (
+    CanaryInstalled,
+    CanaryRef,
+    Envelope,
+    EventType,
+    RunDeleted,
+    RunFailed,
+    RunReady,
+    RunRemoved,
+    RunRequested,
+    RunRolledBack,
+    RunSnapshot,
+    SmokeFigures,
+    SmokeVerdict,
+    SpecPulled,
+    new_event,
+    saga_id,
+)
+from plnt_common.projection import RunProjection, apply_event, empty_projection, saga_order
+from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
+from plnt_common.status import Phase, Reason
+
+SPEC = WorkflowRunSpec.model_validate(
+    {
+        "workflow": {"ref": "wf@1.0.0", "registry": "file:///registry"},
+        "backend": {"cluster": "local"},
+        "canary": {"trafficPercent": 7},
+    }
+)
+
+
+def event(kind: EventType, data: object, *, generation: int = 1, attempt: int = 1) -> Envelope:
+    return new_event(
+        kind,
+        data,  # type: ignore[arg-type]
+        namespace="default",
+        name="wf",
+        sagaid=saga_id("default", "wf", generation, attempt),
+        generation=generation,
+        source="test",
+    )
+
+
+def snapshot(generation: int = 1) -> RunSnapshot:
+    return RunSnapshot(namespace="default", name="wf", generation=generation, spec=SPEC)
+
+
+def canary(generation: int = 1) -> CanaryRef:
+    return CanaryRef(revision=f"1.0.0-g{generation}", release=f"wf-g{generation}", url="http://127.0.0.1:1")
+
+
+def happy_saga(generation: int = 1) -> list[Envelope]:
+    return [
+        event(EventType.RUN_REQUESTED, RunRequested(run=snapshot(generation)), generation=generation),
+        event(
+            EventType.SPEC_PULLED,
+            SpecPulled(
+                run=snapshot(generation),
+                spec_digest="sha256:" + "a" * 64,
+                workflow_name="wf",
+                workflow_version="1.0.0",
+                revision=f"1.0.0-g{generation}",
+                backend_name="local",
+                backend=PlntBackendSpec(type="local"),
+            ),
+            generation=generation,
+        ),
+        event(EventType.CANARY_INSTALLED, CanaryInstalled(run=snapshot(generation), canary=canary(generation)), generation=generation),
+        event(EventType.SMOKE_PASSED, SmokeVerdict(canary=canary(generation), figures=SmokeFigures(passed=True, invocations=3)), generation=generation),
+        event(EventType.RUN_READY, RunReady(revision=f"1.0.0-g{generation}", endpoint="http://router/workflows/wf/invoke"), generation=generation),
+    ]
+
+
+def fold(events: list[Envelope], start: RunProjection | None = None) -> RunProjection:
+    projection = start or empty_projection("default", "wf")
+    for item in events:
+        projection = apply_event(projection, item)
+    return projection
+
+
+def test_a_happy_saga_walks_the_phases_and_fills_the_status() -> None:
+    phases = []
+    projection = empty_projection("default", "wf")
+    for item in happy_saga():
+        projection = apply_event(projection, item)
+        phases.append(projection.status.phase)
+    assert phases == [Phase.PULLING, Phase.INSTALLING, Phase.SMOKING, Phase.PROMOTING, Phase.READY]
+    status = projection.status
+    assert status.revision == "1.0.0-g1"
+    assert status.endpoint == "http://router/workflows/wf/invoke"
+    assert status.spec_digest.startswith("sha256:")
+    assert {c.type.value: c.status for c in status.conditions} == {
+        "SpecPulled": "True",
+        "CanaryInstalled": "True",
+        "SmokePassed": "True",
+        "Promoted": "True",
+        "Ready": "True",
+    }
+
+
+def test_the_canary_share_is_reported_while_smoking() -> None:
+    projection = fold(happy_saga()[:3])
+    assert projection.status.canary.traffic_percent == 7
+    assert projection.status.canary.revision == "1.0.0-g1"
+
+
+def test_applying_an_event_twice_changes_nothing() -> None:
+    events = happy_saga()
+    once = fold(events)
+    twice = fold(events + events)
+    assert once == twice
+
+
+def test_an_event_of_an_older_saga_changes_nothing() -> None:
+    newer = fold(happy_saga(generation=2)[:2])
+    late = happy_saga(generation=1)[3]
+    assert apply_event(newer, late) == newer
+
+
+def test_a_stale_step_within_the_saga_does_not_move_the_phase_back() -> None:
+    events = happy_saga()
+    projection = fold(events[:4])
+    assert apply_event(projection, events[2]).status.phase is Phase.PROMOTING
+
+
+def test_a_second_terminal_event_is_ignored() -> None:
+    projection = fold(happy_saga())
+    failed = event(EventType.RUN_FAILED, RunFailed(reason=Reason.SPEC_INVALID, message="late"))
+    assert apply_event(projection, failed) == projection
+
+
+def test_a_rollback_keeps_the_promoted_revision() -> None:
+    projection = fold(happy_saga(generation=1))
+    second = happy_saga(generation=2)[:3]
+    rolled_back = event(
+        EventType.RUN_ROLLED_BACK,
+        RunRolledBack(revision="2.0.0-g2", stable_revision="1.0.0-g1", reason=Reason.SMOKE_FAILED, message="errors"),
+        generation=2,
+    )
+    projection = fold([*second, rolled_back], projection)
+    assert projection.status.phase is Phase.ROLLED_BACK
+    assert projection.status.revision == "1.0.0-g1"
+    assert projection.status.observed_generation == 2
+    assert "1.0.0-g1 keeps serving" in projection.status.message
+
+
+def test_deletion_then_removal_marks_the_projection_removed() -> None:
+    projection = fold(happy_saga())
+    deleted = event(EventType.RUN_DELETED, RunDeleted(), attempt=2)
+    removed = event(EventType.RUN_REMOVED, RunRemoved(), attempt=2)
+    projection = fold([deleted, removed], projection)
+    assert projection.deleting and projection.removed
+    assert projection.status.phase is Phase.DELETING
+
+
+@pytest.mark.parametrize(
+    ("sagaid", "order"),
+    [("default.wf.1.1", (1, 1)), ("ns.a.b.12.3", (12, 3))],
+    ids=["plain", "dotted-name-prefix"],
+)
+def test_saga_order_reads_generation_and_attempt(sagaid: str, order: tuple[int, int]) -> None:
+    assert saga_order(sagaid) == order

@@ -1,0 +1,155 @@
+"""Helpers for end-to-end tests: a real embedded stack, specs in a file registry, waits."""
+
+import asyncio
+import copy
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.history import read_events
+from plnt_common.events import Envelope
+from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
+from plnt_common.resource_store import ResourceStore
+from plnt_common.resources import parse_resource
+from plnt_common.workflow import spec_digest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BACKEND = "gpu-cluster-01"
+
+
+def example_workflow() -> dict[str, Any]:
+    path = EXAMPLES / "registry" / "review-responder" / "1.2.0" / "workflow.yaml"
+    document: dict[str, Any] = yaml.safe_load(path.read_text())
+    return document
+
+
+def publish_spec(registry: Path, document: dict[str, Any], *, raw: bytes | None = None) -> str:
+    """Write a Workflow into the file registry; returns the digest of the bytes written."""
+    name, version = document["metadata"]["name"], document["metadata"]["version"]
+    target = registry / name / version / "workflow.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = raw if raw is not None else yaml.safe_dump(document, sort_keys=False).encode()
+    target.write_bytes(data)
+    return spec_digest(data)
+
+
+def workflow_named(name: str, version: str = "1.0.0", *, steps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    document = copy.deepcopy(example_workflow())
+    document["metadata"] = {"name": name, "version": version}
+    if steps is not None:
+        document["spec"]["steps"] = steps
+    return document
+
+
+def run_document(
+    name: str,
+    *,
+    registry: Path,
+    ref: str | None = None,
+    backend: str = BACKEND,
+    integrity: str | None = None,
+    smoke_invocations: int = 3,
+    traffic_percent: int = 10,
+) -> dict[str, Any]:
+    workflow: dict[str, Any] = {"ref": ref or f"{name}@1.0.0", "registry": registry.as_uri()}
+    if integrity:
+        workflow["integrityHash"] = integrity
+    return {
+        "apiVersion": "plnt.work/v1",
+        "kind": "WorkflowRun",
+        "metadata": {"name": name},
+        "spec": {
+            "workflow": workflow,
+            "backend": {"cluster": backend, "gpuClass": "nvidia.com/h100", "gpuCount": 1},
+            "canary": {"trafficPercent": traffic_percent},
+            "smokeTest": {
+                "invocations": smoke_invocations,
+                "p95BudgetMs": 5000,
+                "errorBudgetPercent": 0,
+                "payload": json.loads((EXAMPLES / "invoke.json").read_text()),
+            },
+        },
+    }
+
+
+def backend_document() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text())
+    return document
+
+
+class Client:
+    """What a test does to the stack, through the same stores the CLI uses."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.store = ResourceStore(bus.resources)
+
+    async def apply(self, document: dict[str, Any]) -> str:
+        _, outcome = await self.store.apply(parse_resource(copy.deepcopy(document)))
+        return outcome
+
+    async def status(self, name: str) -> dict[str, Any]:
+        stored = await self.store.get("WorkflowRun", "default", name)
+        assert stored is not None, f"{name} does not exist"
+        status: dict[str, Any] = stored.body.get("status") or {}
+        return status
+
+    async def wait_for(
+        self, name: str, check: Callable[[dict[str, Any] | None], bool], *, timeout_s: float = 60.0, what: str = ""
+    ) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            stored = await self.store.get("WorkflowRun", "default", name)
+            last = stored.body if stored else None
+            if check(last):
+                return last
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {name} {what}; last: {json.dumps(last, default=str)[:2000]}")
+
+    async def wait_phase(self, name: str, phase: str, *, generation: int | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+        def reached(body: dict[str, Any] | None) -> bool:
+            if body is None:
+                return False
+            status = body.get("status") or {}
+            wanted_generation = generation or body["metadata"]["generation"]
+            return bool(status.get("phase") == phase and status.get("observedGeneration") == wanted_generation)
+
+        body = await self.wait_for(name, reached, timeout_s=timeout_s, what=f"to be {phase}")
+        assert body is not None
+        return body
+
+    async def events(self, name: str) -> list[Envelope]:
+        found = []
+        async for stored in read_events(self.bus.js, filter_subject=subjects.run_filter("default", name)):
+            assert stored.event is not None
+            found.append(stored.event)
+        return found
+
+    async def release_keys(self, name: str) -> list[str]:
+        try:
+            keys = await self.bus.releases.keys()
+        except Exception:  # NoKeysError
+            return []
+        return [k for k in keys if k.split(".", 2)[0] in (DESIRED_PREFIX, OBSERVED_PREFIX) and k.split(".", 2)[2].startswith(f"{name}-g")]
+
+    async def observed_pids(self, name: str) -> list[int]:
+        pids = []
+        for key in await self.release_keys(name):
+            if key.startswith(OBSERVED_PREFIX):
+                entry = await self.bus.releases.get(key)
+                pids.append(int(json.loads(entry.value or b"{}").get("pid", 0)))
+        return pids
+
+
+async def invoke(url: str, body: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
+    async with aiohttp.ClientSession() as http, http.post(url, json=body) as response:
+        payload = await response.json()
+        return response.status, response.headers.get("x-plnt-revision", ""), payload

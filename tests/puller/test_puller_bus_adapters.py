@@ -1,0 +1,55 @@
+"""The adapters over the bus against a real nats-server: spec store and backend catalog."""
+
+import pytest
+from puller_support import BACKEND, H100, backend_resource
+
+from plnt_common.bus.bus import Bus
+from plnt_common.errors import BackendUnavailable
+from plnt_common.resource_store import ResourceStore, object_key
+from plnt_common.workflow import spec_digest
+from plnt_puller.adapters.backend_catalog import StoredBackends
+from plnt_puller.adapters.spec_store import ObjectStoreSpecs
+
+
+async def test_storing_a_spec_twice_writes_it_once(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    try:
+        specs = ObjectStoreSpecs(store=bus.specs)
+        data = b"kind: Workflow\n"
+        digest = spec_digest(data)
+        assert await specs.put(digest=digest, data=data) is True
+        first = await bus.specs.get_info(digest)
+        assert await specs.put(digest=digest, data=data) is False
+        again = await bus.specs.get_info(digest)
+        assert (await bus.specs.get(digest)).data == data
+        assert again.nuid == first.nuid  # the same object, not a rewrite
+    finally:
+        await bus.close()
+
+
+async def test_the_catalog_returns_an_applied_backend_and_none_for_others(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    try:
+        store = ResourceStore(bus.resources)
+        await store.apply(backend_resource(BACKEND, (H100,)))
+        catalog = StoredBackends(store=store)
+        found = await catalog.get(BACKEND)
+        assert found is not None
+        assert found.type == "local"
+        assert H100 in found.gpu_classes
+        assert await catalog.get("unknown") is None
+    finally:
+        await bus.close()
+
+
+async def test_the_catalog_reports_an_unreadable_backend_as_unavailable(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    try:
+        # Written around the store's validation, as an old or foreign writer might.
+        body = b'{"apiVersion":"plnt.work/v1","kind":"PlntBackend","metadata":{"name":"odd"},'
+        body += b'"spec":{"type":"mainframe"}}'
+        await bus.resources.put(object_key("PlntBackend", None, "odd"), body)
+        with pytest.raises(BackendUnavailable, match="PlntBackend 'odd' is invalid: type"):
+            await StoredBackends(store=ResourceStore(bus.resources)).get("odd")
+    finally:
+        await bus.close()

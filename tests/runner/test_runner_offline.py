@@ -1,0 +1,140 @@
+"""The offline provider and the rules behind it: deterministic, readable, clearly labelled."""
+
+import json
+from typing import Any
+
+import pytest
+from plnt_common.workflow import parse_workflow
+from plnt_runner.executor import Executor
+from plnt_runner.heuristics import compose_reply, moderate, read_message
+from plnt_runner.offline import OFFLINE_PREFIX, OfflineProvider, answer
+from plnt_runner.prompts import Task, build_messages
+from plnt_runner.response import invocation_body
+from plnt_runner.tools import build_tools
+from runner_support import EXAMPLE_BODY, EXAMPLE_WORKFLOW
+
+
+class NoHttp:
+    async def post_json(self, *, url: str, payload: Any) -> Any:
+        raise AssertionError("the example workflow makes no HTTP calls")
+
+
+async def run_example(body: dict[str, Any]) -> dict[str, Any]:
+    workflow = parse_workflow(EXAMPLE_WORKFLOW)
+    provider = OfflineProvider()
+    executor = Executor(
+        workflow=workflow,
+        digest="sha256:example",
+        tools=build_tools(llm=provider, http=NoHttp()),
+        cache=None,
+        step_timeout_s=5,
+    )
+    invocation = await executor.run(body)
+    return invocation_body(
+        invocation=invocation,
+        sinks=executor.sinks,
+        workflow=workflow.metadata.name,
+        version=workflow.metadata.version,
+        revision="r1",
+        provider=provider.name,
+    )
+
+
+async def test_example_workflow_drafts_a_readable_on_topic_reply() -> None:
+    result = await run_example(EXAMPLE_BODY)
+
+    reply = result["output"]["reply"]
+    assert reply.startswith(OFFLINE_PREFIX)
+    assert "service" in reply
+    assert "parking" in reply
+    assert reply == (
+        "[offline] Thank you so much for your kind words about our service! "
+        "We're sorry to hear about the slow parking. We hope to welcome you back soon!"
+    )
+    assert result["output"]["safety_check"] == {
+        "allowed": True,
+        "reasons": [],
+        "provider": "offline",
+    }
+    classification = result["steps"]["classify_intent"]["output"]
+    assert classification["sentiment"] == "mixed"
+    assert classification["topic"] == "parking"
+    guidance = result["steps"]["retrieve_brand_voice"]["output"]["guidance"]
+    assert guidance.startswith(OFFLINE_PREFIX)
+    assert "warm, concise, first-person plural" in guidance
+    assert all(step["output"]["provider"] == "offline" for step in result["steps"].values())
+    assert result["provider"] == "offline"
+
+
+async def test_offline_answers_are_deterministic_across_instances() -> None:
+    first = await run_example(EXAMPLE_BODY)
+    second = await run_example(dict(EXAMPLE_BODY))
+    assert first["output"] == second["output"]
+    assert [s["output"] for s in first["steps"].values()] == [
+        s["output"] for s in second["steps"].values()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "sentiment", "topic"),
+    [
+        ("Great service but slow parking", "mixed", "parking"),
+        ("The food was cold and the staff was rude", "negative", "food"),
+        ("Lovely coffee, friendly barista", "positive", "food"),
+        ("The waiter was not friendly", "negative", "service"),
+        ("We came on a Tuesday", "neutral", "general"),
+    ],
+    ids=["mixed", "negative", "positive", "negated-praise", "neutral"],
+)
+def test_reading_finds_sentiment_and_main_topic(text: str, sentiment: str, topic: str) -> None:
+    reading = read_message(text)
+    assert (reading.sentiment, reading.topic) == (sentiment, topic)
+
+
+def test_reply_follows_the_brand_voice() -> None:
+    reading = read_message("Rude staff and a long wait")
+    formal = compose_reply(reading=reading, voice="formal, first-person singular")
+    assert "!" not in formal
+    assert "I would" in formal
+    assert "We" not in formal
+    chatty = compose_reply(reading=reading, voice="warm")
+    assert chatty.startswith("Thank you so much")
+    assert "rude staff" in chatty
+    assert "long wait" in chatty
+
+
+@pytest.mark.parametrize(
+    ("draft", "reason"),
+    [
+        ("Call us at +1 555 123 4567", "personal data"),
+        ("Mail jane@example.com for help", "personal data"),
+        ("We will refund you in full", "promises money"),
+        ("Don't be stupid", "insulting"),
+        ("", "empty"),
+        ("Our parking valet will help", "blocked terms: valet"),
+    ],
+    ids=["phone", "email", "refund", "insult", "empty", "blocked-term"],
+)
+def test_moderation_refuses_drafts_for_a_stated_reason(draft: str, reason: str) -> None:
+    reasons = moderate(draft=draft, blocked_terms=["valet"])
+    assert any(reason in r for r in reasons), reasons
+
+
+def test_moderation_allows_a_plain_polite_reply() -> None:
+    assert moderate(draft="Thank you for visiting us!", blocked_terms=[]) == []
+
+
+def test_offline_classify_answer_is_json_and_other_prompts_say_how_to_go_online() -> None:
+    classified = json.loads(
+        answer(build_messages(task=Task.CLASSIFY, payload={"message": "Nice room"}))
+    )
+    assert classified == {
+        "sentiment": "positive",
+        "topic": "room",
+        "praise": ["room"],
+        "concerns": [],
+    }
+
+    other = answer([{"role": "user", "content": "What is plnt?"}])
+    assert other.startswith(OFFLINE_PREFIX)
+    assert "PLNT_RUNNER_LLM_BASE_URL" in other
