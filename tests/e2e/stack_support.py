@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import yaml
+from nats.js.errors import NoKeysError
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
@@ -136,7 +137,7 @@ class Client:
     async def release_keys(self, name: str) -> list[str]:
         try:
             keys = await self.bus.releases.keys()
-        except Exception:  # NoKeysError
+        except NoKeysError:
             return []
         return [k for k in keys if k.split(".", 2)[0] in (DESIRED_PREFIX, OBSERVED_PREFIX) and k.split(".", 2)[2].startswith(f"{name}-g")]
 

@@ -20,7 +20,9 @@ from local_backend_support import (
 )
 
 from plnt_common.bus.bus import Bus
+from plnt_common.errors import InstallFailed
 from plnt_common.releases import ObservedRelease, ReleasePhase, desired_key
+from plnt_common.workflow import spec_digest
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
 from plnt_local_backend.adapters.processes import stop_all_runners
 
@@ -177,3 +179,31 @@ async def test_stop_all_runners_stops_every_runner_left_after_the_local_backend_
 
 async def _async(value: bool) -> bool:
     return value
+
+
+async def test_a_failed_release_stays_failed_across_a_restart_of_the_local_backend(
+    start_local_backend: StartBackend,
+    releases: LocalReleaseBackend,
+    bus: Bus,
+    spec: str,
+    data_dir: Path,
+) -> None:
+    first = await start_local_backend()
+    missing = b"kind: Workflow # stored too late\n"
+    broken = desired_release(digest=spec_digest(missing))
+    await releases.install(broken)
+    with pytest.raises(InstallFailed, match="is not in the object store"):
+        await _ready(releases)
+    await first.stop()
+    await bus.specs.put(broken.spec_digest, missing)  # a retry would now find it
+
+    await start_local_backend()
+    # Another release going Ready shows the new local-backend has reconciled everything.
+    sync = desired_release(digest=spec, release="sync-g1", run_name="sync", saga_id="sync.1")
+    await releases.install(sync)
+    await releases.wait_ready(namespace=NS, release="sync-g1", saga_id="sync.1", timeout_s=20)
+
+    observed = await releases.status(namespace=NS, release=RELEASE)
+    assert observed is not None
+    assert observed.phase is ReleasePhase.FAILED
+    assert runner_starts(data_dir, RELEASE) == []

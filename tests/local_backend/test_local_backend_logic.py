@@ -2,7 +2,13 @@
 
 import pytest
 
-from plnt_common.releases import DesiredRelease, LlmConfig, ReleasePhase, ReleaseRole
+from plnt_common.releases import (
+    DesiredRelease,
+    LlmConfig,
+    ObservedRelease,
+    ReleasePhase,
+    ReleaseRole,
+)
 from plnt_common.workflow import spec_digest
 from plnt_local_backend import logic
 from plnt_local_backend.logic import (
@@ -198,3 +204,38 @@ def test_observed_records_carry_the_key_names_and_the_desired_saga_and_revision(
         42,
         2,
     )
+
+
+def _failed_observed(**changes: object) -> ObservedRelease:
+    values: dict[str, object] = {
+        "namespace": "default",
+        "release": "flow-g1",
+        "revision": DESIRED.revision,
+        "saga_id": DESIRED.saga_id,
+        "phase": ReleasePhase.FAILED,
+        "message": "spec missing",
+    }
+    values.update(changes)
+    return ObservedRelease.model_validate(values)
+
+
+@pytest.mark.parametrize(
+    ("observed", "desired", "restored"),
+    [
+        (_failed_observed(), DESIRED, True),
+        (_failed_observed(phase=ReleasePhase.READY), DESIRED, False),
+        (_failed_observed(saga_id="older"), DESIRED, False),
+        (_failed_observed(revision="0.9.0-g0"), DESIRED, False),
+        (_failed_observed(), None, False),
+        (None, DESIRED, False),
+    ],
+    ids=["same-record", "was-ready", "other-saga", "other-revision", "not-desired", "none"],
+)
+def test_a_failure_survives_a_restart_only_for_the_same_saga_and_revision(
+    observed: ObservedRelease | None, desired: DesiredRelease | None, restored: bool
+) -> None:
+    failure = logic.restored_failure(observed=observed, desired=desired)
+    assert (failure is not None) is restored
+    if failure is not None:
+        assert failure.message == "spec missing"
+        assert logic.next_step(desired=DESIRED, failure=failure, runner=None) is Step.HOLD_FAILED

@@ -1,6 +1,5 @@
 """Connecting to NATS with the reconnect policy every service shares."""
 
-import asyncio
 from typing import Any
 
 import nats
@@ -16,14 +15,15 @@ log = get_logger(__name__)
 async def connect(
     url: str, *, name: str = "plnt", connect_timeout: float = 2.0, retry_on_start: bool = False
 ) -> Client:
-    """Connect to NATS and keep reconnecting for ever once connected.
+    """Connect to NATS.
 
-    Raises ``BusUnavailable`` naming the URL when the first connection fails and
-    ``retry_on_start`` is false (the CLI); services pass true and wait for the bus.
+    Services pass ``retry_on_start``: they wait for the server and reconnect for ever.
+    Otherwise (the CLI) a failed first connection raises ``BusUnavailable`` naming the URL.
     """
 
     async def on_error(exc: Exception) -> None:
-        log.warning("nats.error", error=str(exc) or type(exc).__name__)
+        # info, not warning: a reconnecting client reports every failed attempt here
+        log.info("nats.error", error=str(exc) or type(exc).__name__)
 
     async def on_disconnect() -> None:
         log.info("nats.disconnected")
@@ -35,7 +35,9 @@ async def connect(
         "servers": [u.strip() for u in url.split(",") if u.strip()],
         "name": name,
         "connect_timeout": connect_timeout,
-        "max_reconnect_attempts": -1,
+        # -1 also makes the first connect wait for the server: what a service wants.
+        # A CLI command instead fails after a few tries with a message naming the URL.
+        "max_reconnect_attempts": -1 if retry_on_start else 2,
         "reconnect_time_wait": 0.5,
         "allow_reconnect": True,
         "error_cb": on_error,
@@ -43,17 +45,13 @@ async def connect(
         "reconnected_cb": on_reconnect,
         "pending_size": 64 * 1024 * 1024,
     }
-    warned = False
-    while True:
-        try:
-            return await nats.connect(**options)
-        except (NoServersError, OSError, TimeoutError) as exc:
-            if not retry_on_start:
-                raise BusUnavailable(
-                    f"cannot reach NATS at {url} ({type(exc).__name__}); is `plnt up` running? "
-                    "Set --nats or PLNT_NATS_URL to point elsewhere"
-                ) from None
-            if not warned:
-                log.warning("nats.waiting_for_server", url=url, error=type(exc).__name__)
-                warned = True
-            await asyncio.sleep(0.5)
+    if retry_on_start:
+        log.info("nats.connecting", url=url)
+        return await nats.connect(**options)
+    try:
+        return await nats.connect(**options)
+    except (NoServersError, OSError, TimeoutError) as exc:
+        raise BusUnavailable(
+            f"cannot reach NATS at {url} ({type(exc).__name__}); is `plnt up` running? "
+            "Set --nats or PLNT_NATS_URL to point elsewhere"
+        ) from None

@@ -145,6 +145,24 @@ def failure_applies(failure: Failure, desired: DesiredRelease) -> bool:
     return failure.fingerprint == launch_fingerprint(desired) and failure.saga_id == desired.saga_id
 
 
+def restored_failure(
+    *, observed: ObservedRelease | None, desired: DesiredRelease | None
+) -> Failure | None:
+    """The failure an earlier local-backend reported for this very desired record, if any.
+
+    Kept across a restart of the local-backend, so Failed means "until the desired record
+    changes" rather than "until the next restart". The observed record carries revision
+    and saga, not the whole fingerprint: those two identify the launch well enough.
+    """
+    if observed is None or desired is None or observed.phase is not ReleasePhase.FAILED:
+        return None
+    if (observed.saga_id, observed.revision) != (desired.saga_id, desired.revision):
+        return None
+    return Failure(
+        fingerprint=launch_fingerprint(desired), saga_id=desired.saga_id, message=observed.message
+    )
+
+
 class Step(StrEnum):
     TEAR_DOWN = "tear_down"
     """Not desired: stop the runner, remove its directory, delete the observed record."""

@@ -127,6 +127,7 @@ class Supervisor:
             self._restarts = observed.restarts
             self._reported = observed
         if pid is None:
+            self._failure = logic.restored_failure(observed=observed, desired=self._desired)
             return
         alive = pid_alive(pid, reap=True)
         found = logic.FoundRunner(
@@ -163,7 +164,9 @@ class Supervisor:
             if self._failure is not None and (
                 desired is None or not logic.failure_applies(self._failure, desired)
             ):
+                # Revived by a new launch or saga: a fresh start, with a fresh count.
                 self._reset_attempts()
+                self._restarts = 0
             step = logic.next_step(desired=desired, failure=self._failure, runner=self._view())
             self._log.debug("supervisor.step", step=step.value)
             if step is Step.TEAR_DOWN or desired is None:

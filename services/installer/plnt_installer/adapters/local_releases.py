@@ -112,7 +112,9 @@ class LocalReleaseBackend:
         )
         if not outcome.satisfied or outcome.last is None:
             last = outcome.last
-            state = f"{last.phase.value}: {last.message}" if last else "nothing observed"
+            state = "nothing observed"
+            if last is not None:
+                state = f"{last.phase.value}: {last.message}" if last.message else last.phase.value
             raise InstallFailed(
                 f"release {name} was not ready after {timeout_s:g}s (last state: {state})"
             )

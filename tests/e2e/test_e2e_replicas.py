@@ -1,0 +1,52 @@
+"""Two replicas of every saga service share one durable consumer each: no saga runs twice."""
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from plnt_common.bus.bus import Bus
+from plnt_common.events import EventType
+from plnt_cli.supervisor import Supervisor
+
+from conftest import start_stack
+from stack_support import Client, backend_document, publish_spec, run_document, workflow_named
+
+RUNS = 8
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
+    supervisor = start_stack(tmp_path_factory.mktemp("replicas"), replicas=2)
+    yield supervisor
+    supervisor.stop()
+
+
+@pytest.fixture
+async def client(stack: Supervisor) -> AsyncIterator[Client]:
+    bus = await Bus.open(stack.config.nats_url, service="test")
+    test_client = Client(bus)
+    await test_client.apply(backend_document())
+    yield test_client
+    await bus.close()
+
+
+async def test_a_burst_on_two_replicas_ends_each_saga_once_with_one_install(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    assert Counter(p.name.rsplit("-", 1)[0] for p in stack.services())["installer"] == 2
+    names = [f"burst-{i}" for i in range(RUNS)]
+    for name in names:
+        publish_spec(registry, workflow_named(name))
+    await asyncio.gather(*(client.apply(run_document(name, registry=registry)) for name in names))
+    await asyncio.gather(*(client.wait_phase(name, "Ready", timeout_s=120) for name in names))
+
+    for name in names:
+        events = await client.events(name)
+        kinds = Counter(e.event_type for e in events)
+        assert kinds[EventType.RUN_READY] == 1, (name, kinds)
+        assert kinds[EventType.CANARY_INSTALLED] == 1, (name, kinds)
+        assert sum(n for kind, n in kinds.items() if kind.is_terminal) == 1
+        assert len(await client.observed_pids(name)) == 1
