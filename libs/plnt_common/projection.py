@@ -82,8 +82,8 @@ class RunProjection(BaseModel):
     @property
     def saga_active(self) -> bool:
         """A saga is in flight: requested and not yet at a terminal event."""
-        return (
-            (bool(self.saga_id) and self.rank < TERMINAL_RANK) or (self.deleting and not self.removed)
+        return (bool(self.saga_id) and self.rank < TERMINAL_RANK) or (
+            self.deleting and not self.removed
         )
 
 

@@ -72,7 +72,7 @@ def _encode(body: dict[str, Any]) -> bytes:
 
 
 class ResourceStore:
-    """CRUD and watch over ``plnt-resources``; methods raise ``ResourceNotFound`` or ``Conflict``."""
+    """CRUD and watch over ``plnt-resources``; raises ``ResourceNotFound`` or ``Conflict``."""
 
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
@@ -125,7 +125,8 @@ class ResourceStore:
                 return _decode(key, revision, _encode(body)), "created"
             if current.metadata.get("deletionTimestamp"):
                 raise Conflict(
-                    f"{resource.kind} {resource.metadata.name!r} is being deleted; apply again once it is gone"
+                    f"{resource.kind} {resource.metadata.name!r} is being deleted; "
+                    "apply again once it is gone"
                 )
             body, changed = self._updated_body(current.body, desired)
             if not changed:

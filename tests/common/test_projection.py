@@ -50,12 +50,16 @@ def snapshot(generation: int = 1) -> RunSnapshot:
 
 
 def canary(generation: int = 1) -> CanaryRef:
-    return CanaryRef(revision=f"1.0.0-g{generation}", release=f"wf-g{generation}", url="http://127.0.0.1:1")
+    return CanaryRef(
+        revision=f"1.0.0-g{generation}", release=f"wf-g{generation}", url="http://127.0.0.1:1"
+    )
 
 
 def happy_saga(generation: int = 1) -> list[Envelope]:
     return [
-        event(EventType.RUN_REQUESTED, RunRequested(run=snapshot(generation)), generation=generation),
+        event(
+            EventType.RUN_REQUESTED, RunRequested(run=snapshot(generation)), generation=generation
+        ),
         event(
             EventType.SPEC_PULLED,
             SpecPulled(
@@ -69,9 +73,23 @@ def happy_saga(generation: int = 1) -> list[Envelope]:
             ),
             generation=generation,
         ),
-        event(EventType.CANARY_INSTALLED, CanaryInstalled(run=snapshot(generation), canary=canary(generation)), generation=generation),
-        event(EventType.SMOKE_PASSED, SmokeVerdict(canary=canary(generation), figures=SmokeFigures(passed=True, invocations=3)), generation=generation),
-        event(EventType.RUN_READY, RunReady(revision=f"1.0.0-g{generation}", endpoint="http://router/workflows/wf/invoke"), generation=generation),
+        event(
+            EventType.CANARY_INSTALLED,
+            CanaryInstalled(run=snapshot(generation), canary=canary(generation)),
+            generation=generation,
+        ),
+        event(
+            EventType.SMOKE_PASSED,
+            SmokeVerdict(
+                canary=canary(generation), figures=SmokeFigures(passed=True, invocations=3)
+            ),
+            generation=generation,
+        ),
+        event(
+            EventType.RUN_READY,
+            RunReady(revision=f"1.0.0-g{generation}", endpoint="http://router/workflows/wf/invoke"),
+            generation=generation,
+        ),
     ]
 
 
@@ -138,7 +156,12 @@ def test_a_rollback_keeps_the_promoted_revision() -> None:
     second = happy_saga(generation=2)[:3]
     rolled_back = event(
         EventType.RUN_ROLLED_BACK,
-        RunRolledBack(revision="2.0.0-g2", stable_revision="1.0.0-g1", reason=Reason.SMOKE_FAILED, message="errors"),
+        RunRolledBack(
+            revision="2.0.0-g2",
+            stable_revision="1.0.0-g1",
+            reason=Reason.SMOKE_FAILED,
+            message="errors",
+        ),
         generation=2,
     )
     projection = fold([*second, rolled_back], projection)

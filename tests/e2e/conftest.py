@@ -5,13 +5,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from stack_support import Client, backend_document
 
-from plnt_common.bus.bus import Bus
-from plnt_common.testing.nats_server import free_port
 from plnt_cli.supervisor import StackConfig, Supervisor
 from plnt_cli.up import wait_until_ready
-
-from stack_support import Client, backend_document
+from plnt_common.bus.bus import Bus
+from plnt_common.testing.nats_server import free_port
 
 FAST_ENV = {
     "PLNT_WATCHER_DEADLINE_CHECK_INTERVAL_S": "0.5",
@@ -20,7 +19,9 @@ FAST_ENV = {
 }
 
 
-def start_stack(data_dir: Path, *, replicas: int = 1, env: dict[str, str] | None = None) -> Supervisor:
+def start_stack(
+    data_dir: Path, *, replicas: int = 1, env: dict[str, str] | None = None
+) -> Supervisor:
     config = StackConfig(
         data_dir=data_dir,
         nats_port=free_port(),

@@ -41,7 +41,9 @@ def publish_spec(registry: Path, document: dict[str, Any], *, raw: bytes | None 
     return spec_digest(data)
 
 
-def workflow_named(name: str, version: str = "1.0.0", *, steps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def workflow_named(
+    name: str, version: str = "1.0.0", *, steps: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     document = copy.deepcopy(example_workflow())
     document["metadata"] = {"name": name, "version": version}
     if steps is not None:
@@ -103,7 +105,12 @@ class Client:
         return status
 
     async def wait_for(
-        self, name: str, check: Callable[[dict[str, Any] | None], bool], *, timeout_s: float = 60.0, what: str = ""
+        self,
+        name: str,
+        check: Callable[[dict[str, Any] | None], bool],
+        *,
+        timeout_s: float = 60.0,
+        what: str = "",
     ) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout_s
         last: dict[str, Any] | None = None
@@ -113,15 +120,22 @@ class Client:
             if check(last):
                 return last
             await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {name} {what}; last: {json.dumps(last, default=str)[:2000]}")
+        raise AssertionError(
+            f"timed out waiting for {name} {what}; last: {json.dumps(last, default=str)[:2000]}"
+        )
 
-    async def wait_phase(self, name: str, phase: str, *, generation: int | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+    async def wait_phase(
+        self, name: str, phase: str, *, generation: int | None = None, timeout_s: float = 60.0
+    ) -> dict[str, Any]:
         def reached(body: dict[str, Any] | None) -> bool:
             if body is None:
                 return False
             status = body.get("status") or {}
             wanted_generation = generation or body["metadata"]["generation"]
-            return bool(status.get("phase") == phase and status.get("observedGeneration") == wanted_generation)
+            return bool(
+                status.get("phase") == phase
+                and status.get("observedGeneration") == wanted_generation
+            )
 
         body = await self.wait_for(name, reached, timeout_s=timeout_s, what=f"to be {phase}")
         assert body is not None
@@ -129,7 +143,9 @@ class Client:
 
     async def events(self, name: str) -> list[Envelope]:
         found = []
-        async for stored in read_events(self.bus.js, filter_subject=subjects.run_filter("default", name)):
+        async for stored in read_events(
+            self.bus.js, filter_subject=subjects.run_filter("default", name)
+        ):
             assert stored.event is not None
             found.append(stored.event)
         return found
@@ -139,7 +155,12 @@ class Client:
             keys = await self.bus.releases.keys()
         except NoKeysError:
             return []
-        return [k for k in keys if k.split(".", 2)[0] in (DESIRED_PREFIX, OBSERVED_PREFIX) and k.split(".", 2)[2].startswith(f"{name}-g")]
+        return [
+            k
+            for k in keys
+            if k.split(".", 2)[0] in (DESIRED_PREFIX, OBSERVED_PREFIX)
+            and k.split(".", 2)[2].startswith(f"{name}-g")
+        ]
 
     async def observed_pids(self, name: str) -> list[int]:
         pids = []

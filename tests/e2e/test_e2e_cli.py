@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stack_support import EXAMPLES, Client, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor
 
-from stack_support import EXAMPLES, Client, publish_spec, run_document, workflow_named
 
-
-def plnt(*args: str, nats: str | None = None, stdin: str | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def plnt(
+    *args: str, nats: str | None = None, stdin: str | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PLNT_NATS_URL"}
     env["PLNT_HOME"] = env.get("PLNT_TEST_HOME", "/nonexistent-plnt-home")
     prefix = ["--nats", nats] if nats else []
@@ -43,7 +44,9 @@ def nats(stack: Supervisor) -> str:
     return stack.config.nats_url
 
 
-def test_apply_get_history_and_invoke_through_the_cli(nats: str, registry: Path, tmp_path: Path) -> None:
+def test_apply_get_history_and_invoke_through_the_cli(
+    nats: str, registry: Path, tmp_path: Path
+) -> None:
     publish_spec(registry, workflow_named("cli-run"))
     backend = plnt("apply", "-f", str(EXAMPLES / "backend-local.yaml"), nats=nats)
     assert backend.returncode == 0, backend.stderr
@@ -52,7 +55,9 @@ def test_apply_get_history_and_invoke_through_the_cli(nats: str, registry: Path,
     applied = plnt("apply", "-f", str(manifest), nats=nats)
     assert applied.stdout.strip() == "workflowrun.plnt.work/cli-run created"
 
-    waited = plnt("wait", "workflowrun", "cli-run", "--for", "phase=Ready", "--timeout", "60s", nats=nats)
+    waited = plnt(
+        "wait", "workflowrun", "cli-run", "--for", "phase=Ready", "--timeout", "60s", nats=nats
+    )
     assert waited.returncode == 0, waited.stderr
     assert "condition met" in waited.stdout
 
@@ -66,9 +71,9 @@ def test_apply_get_history_and_invoke_through_the_cli(nats: str, registry: Path,
     assert {"name", "namespace", "uid", "generation", "resourceVersion", "finalizers"} <= set(meta)
     assert meta["finalizers"] == ["plnt.work/saga"]
     assert document["status"]["phase"] == "Ready"
-    assert yaml.safe_load(plnt("get", "workflowrun", "cli-run", "-o", "yaml", nats=nats).stdout) == document | {
-        "metadata": document["metadata"]
-    }
+    assert yaml.safe_load(
+        plnt("get", "workflowrun", "cli-run", "-o", "yaml", nats=nats).stdout
+    ) == document | {"metadata": document["metadata"]}
 
     history = plnt("history", "cli-run", nats=nats).stdout
     for kind in ("run.requested", "spec.pulled", "canary.installed", "smoke.passed", "run.ready"):
@@ -116,11 +121,15 @@ def test_an_unreachable_bus_is_named() -> None:
     assert "cannot reach NATS at nats://127.0.0.1:1" in line
 
 
-def test_wait_fails_fast_when_the_run_ends_in_another_phase(nats: str, registry: Path, tmp_path: Path, client: Client) -> None:
+def test_wait_fails_fast_when_the_run_ends_in_another_phase(
+    nats: str, registry: Path, tmp_path: Path, client: Client
+) -> None:
     manifest = tmp_path / "run.yaml"
     manifest.write_text(yaml.safe_dump(run_document("cli-missing", registry=registry)))
     assert plnt("apply", "-f", str(manifest), nats=nats).returncode == 0
-    result = plnt("wait", "wr", "cli-missing", "--for", "phase=Ready", "--timeout", "60s", nats=nats)
+    result = plnt(
+        "wait", "wr", "cli-missing", "--for", "phase=Ready", "--timeout", "60s", nats=nats
+    )
     assert result.returncode == 1
     assert "ended Failed" in result.stderr
 
@@ -142,7 +151,9 @@ def busy_default_ports() -> Iterator[None]:
         sock.close()
 
 
-def test_demo_runs_end_to_end_on_other_ports_when_the_defaults_are_taken(busy_default_ports: None, tmp_path: Path) -> None:
+def test_demo_runs_end_to_end_on_other_ports_when_the_defaults_are_taken(
+    busy_default_ports: None, tmp_path: Path
+) -> None:
     env_home = {"PLNT_TEST_HOME": str(tmp_path)}
     os.environ.update(env_home)
     try:

@@ -6,13 +6,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
-from plnt_common.bus.bus import Bus
-from plnt_common.events import EventType
-from plnt_cli.supervisor import Supervisor
-
 from conftest import start_stack
 from stack_support import Client, backend_document, publish_spec, run_document, workflow_named
+
+from plnt_cli.supervisor import Supervisor
+from plnt_common.bus.bus import Bus
+from plnt_common.events import EventType
 
 RUNS = 8
 

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from stack_support import Client, invoke, publish_spec, run_document, workflow_named
 
+from plnt_cli.commands import Session, replay
+from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
 from plnt_common.projection import RunProjection
 from plnt_common.testing.nats_server import free_port
-from plnt_cli.commands import Session, replay
-from plnt_cli.supervisor import Supervisor
-
-from stack_support import Client, invoke, publish_spec, run_document, workflow_named
 
 
 @pytest.fixture
@@ -65,7 +64,10 @@ async def test_a_spec_change_mid_saga_supersedes_it_and_only_the_newest_generati
         if all(k.endswith("superseded-g2") for k in keys):
             break
         await asyncio.sleep(0.1)
-    history = [(e.sagaid, e.event_type.value, e.data.get("message", "")) for e in await client.events("superseded")]
+    history = [
+        (e.sagaid, e.event_type.value, e.data.get("message", ""))
+        for e in await client.events("superseded")
+    ]
     assert keys and all(k.endswith("superseded-g2") for k in keys), (keys, history)
 
 

@@ -5,10 +5,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from plnt_common.events import EventType
-from plnt_cli.supervisor import Supervisor
-
 from stack_support import Client, invoke, publish_spec, run_document, workflow_named
+
+from plnt_cli.supervisor import Supervisor
+from plnt_common.events import EventType
 
 EXAMPLE_BODY = {"review": "Great service but slow parking", "brand_voice": "warm, concise"}
 
@@ -68,7 +68,9 @@ async def test_a_canary_that_fails_every_call_rolls_back_and_the_old_revision_ke
     await client.apply(run_document("canary-fail", registry=registry))
     ready = await client.wait_phase("canary-fail", "Ready")
     endpoint = ready["status"]["endpoint"]
-    broken_steps = [{"id": "call_home", "tool": "http.request", "with": {"url": "http://127.0.0.1:9/closed"}}]
+    broken_steps = [
+        {"id": "call_home", "tool": "http.request", "with": {"url": "http://127.0.0.1:9/closed"}}
+    ]
     publish_spec(registry, workflow_named("canary-fail", "2.0.0", steps=broken_steps))
     await client.apply(run_document("canary-fail", registry=registry, ref="canary-fail@2.0.0"))
 
@@ -131,7 +133,9 @@ async def test_a_cyclic_spec_fails_naming_the_cycle(client: Client, registry: Pa
     assert await client.release_keys("cyclic") == []
 
 
-async def test_an_unknown_backend_fails_as_backend_unavailable(client: Client, registry: Path) -> None:
+async def test_an_unknown_backend_fails_as_backend_unavailable(
+    client: Client, registry: Path
+) -> None:
     publish_spec(registry, workflow_named("orphan"))
     await client.apply(run_document("orphan", registry=registry, backend="no-such-cluster"))
     body = await client.wait_phase("orphan", "Failed")
@@ -145,7 +149,9 @@ async def test_a_missing_registry_object_fails(client: Client, registry: Path) -
     assert "SpecNotFound" in body["status"]["message"]
 
 
-async def test_delete_removes_routes_releases_and_then_the_resource(client: Client, registry: Path) -> None:
+async def test_delete_removes_routes_releases_and_then_the_resource(
+    client: Client, registry: Path
+) -> None:
     publish_spec(registry, workflow_named("doomed"))
     await client.apply(run_document("doomed", registry=registry))
     ready = await client.wait_phase("doomed", "Ready")

@@ -12,6 +12,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
 from plnt_common.workflow import Workflow, parse_workflow
 from plnt_runner.app import create_app
 from plnt_runner.ports import LLMProvider

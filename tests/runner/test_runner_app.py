@@ -8,11 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plnt_common.errors import SpecInvalid
-from plnt_common.testing.fake_llm import FakeLLM
-from plnt_common.testing.nats_server import free_port
-from plnt_runner.app import create_app
-from plnt_runner.settings import RunnerSettings
 from runner_support import (
     EXAMPLE_BODY,
     eventually,
@@ -21,6 +16,12 @@ from runner_support import (
     workflow_yaml,
     write_example,
 )
+
+from plnt_common.errors import SpecInvalid
+from plnt_common.testing.fake_llm import FakeLLM
+from plnt_common.testing.nats_server import free_port
+from plnt_runner.app import create_app
+from plnt_runner.settings import RunnerSettings
 
 SSE = {"Accept": "text/event-stream"}
 

@@ -3,9 +3,10 @@
 import asyncio
 
 import pytest
+from prometheus_client import REGISTRY
+
 from plnt_runner.admission import Admission, Saturated
 from plnt_runner.cache import StepCache
-from prometheus_client import REGISTRY
 
 
 def test_cache_evicts_the_least_recently_used_entry_when_full() -> None:

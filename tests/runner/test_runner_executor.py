@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
+from runner_support import make_workflow
+
 from plnt_runner.cache import StepCache
 from plnt_runner.errors import StepFailed, ToolFailed
 from plnt_runner.executor import Executor, StepFinished, TokenEmitted
 from plnt_runner.tools import Tool, ToolContext
-from prometheus_client import REGISTRY
-from runner_support import make_workflow
 
 
 class Recorder:

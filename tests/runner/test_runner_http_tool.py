@@ -9,6 +9,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from runner_support import make_workflow
+
 from plnt_common.testing.nats_server import free_port
 from plnt_runner.adapters.http_post import AiohttpPoster
 from plnt_runner.cache import StepCache
@@ -16,7 +18,6 @@ from plnt_runner.errors import HttpStepFailed, StepFailed
 from plnt_runner.executor import Executor
 from plnt_runner.offline import OfflineProvider
 from plnt_runner.tools import build_tools
-from runner_support import make_workflow
 
 
 class Target:

@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
 from plnt_common.testing.fake_llm import FakeLLM
 from plnt_common.testing.nats_server import free_port
 from plnt_runner.adapters.openai_chat import OpenAIChatProvider

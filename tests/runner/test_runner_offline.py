@@ -4,6 +4,8 @@ import json
 from typing import Any
 
 import pytest
+from runner_support import EXAMPLE_BODY, EXAMPLE_WORKFLOW
+
 from plnt_common.workflow import parse_workflow
 from plnt_runner.executor import Executor
 from plnt_runner.heuristics import compose_reply, moderate, read_message
@@ -11,7 +13,6 @@ from plnt_runner.offline import OFFLINE_PREFIX, OfflineProvider, answer
 from plnt_runner.prompts import Task, build_messages
 from plnt_runner.response import invocation_body
 from plnt_runner.tools import build_tools
-from runner_support import EXAMPLE_BODY, EXAMPLE_WORKFLOW
 
 
 class NoHttp:

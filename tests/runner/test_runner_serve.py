@@ -11,9 +11,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from runner_support import EXAMPLE_BODY, eventually, write_example
+
 from plnt_common.testing.fake_llm import FakeLLM
 from plnt_runner.settings import RunnerSettings
-from runner_support import EXAMPLE_BODY, eventually, write_example
 
 
 def runner_env(**settings: str) -> dict[str, str]:

@@ -4,12 +4,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
+from runner_support import make_workflow
+
 from plnt_common.errors import SpecInvalid
 from plnt_runner.errors import ToolFailed
 from plnt_runner.ports import Message
 from plnt_runner.prompts import Task, read_messages
 from plnt_runner.tools import ToolContext, build_tools, check_workflow
-from runner_support import make_workflow
 
 
 class ScriptedLLM:

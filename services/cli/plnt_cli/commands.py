@@ -174,7 +174,8 @@ async def wait_for_phase(
         return await asyncio.wait_for(watch(), timeout=timeout_s)
     except TimeoutError:
         raise PlntError(
-            f"timed out after {timeout_s:g}s waiting for {name} to be {phase} (last phase: {last_phase or 'unknown'})"
+            f"timed out after {timeout_s:g}s waiting for {name} to be {phase} "
+            f"(last phase: {last_phase or 'unknown'})"
         ) from None
 
 
@@ -280,7 +281,8 @@ async def invoke(
     if not endpoint:
         phase = (stored.body.get("status") or {}).get("phase", "Pending")
         raise PlntError(
-            f"{name} has no endpoint yet (phase {phase}); try `plnt wait workflowrun {name} --for phase=Ready`"
+            f"{name} has no endpoint yet (phase {phase}); "
+            f"try `plnt wait workflowrun {name} --for phase=Ready`"
         )
     headers = {"Accept": "text/event-stream"} if stream else {}
     try:

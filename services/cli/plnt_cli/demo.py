@@ -53,12 +53,14 @@ async def deploy_and_invoke(stack: Stack, *, say: Callable[[str], None]) -> int:
     config = stack.config
     examples = examples_dir()
     say(
-        "→ starting NATS JetStream and the services (watcher, puller, installer, smoke, promoter, local-backend, router)…"
+        "→ starting NATS JetStream and the services "
+        "(watcher, puller, installer, smoke, promoter, local-backend, router)…"
     )
     started = time.monotonic()
     await wait_until_ready(config)
     say(
-        f"  ready in {time.monotonic() - started:.1f}s: NATS {config.nats_url}, router {config.router_url}"
+        f"  ready in {time.monotonic() - started:.1f}s: "
+        f"NATS {config.nats_url}, router {config.router_url}"
     )
 
     registry = config.data_dir / "registry"
@@ -90,17 +92,22 @@ async def deploy_and_invoke(stack: Stack, *, say: Callable[[str], None]) -> int:
                 f"the rollout ended {terminal.event_type.value}: {terminal.data.get('message', '')}"
             )
         body = await wait_for_phase(
-            session, name=RUN_NAME, namespace="default", phase="Ready", timeout_s=30, say=lambda _: None
+            session,
+            name=RUN_NAME,
+            namespace="default",
+            phase="Ready",
+            timeout_s=30,
+            say=lambda _: None,
         )
         say(f"  apply → Ready in {time.monotonic() - applied_at:.2f}s")
         endpoint = body["status"]["endpoint"]
     finally:
         await session.close()
-    return await invoke_example(endpoint, examples / "invoke.json", say=say)
+    body = json.loads((examples / "invoke.json").read_text())
+    return await invoke_example(endpoint, body, say=say)
 
 
-async def invoke_example(endpoint: str, body_path: Path, *, say: Callable[[str], None]) -> int:
-    body = json.loads(body_path.read_text())
+async def invoke_example(endpoint: str, body: dict[str, Any], *, say: Callable[[str], None]) -> int:
     say(f"→ POST {endpoint}")
     say(f"  {json.dumps(body)}")
     started = time.perf_counter()
@@ -112,7 +119,8 @@ async def invoke_example(endpoint: str, body_path: Path, *, say: Callable[[str],
         raise PlntError(f"invoke answered {response.status}: {answer}")
     output = answer.get("output", {})
     say(
-        f"← 200 from revision {revision} in {elapsed_ms:.1f} ms (provider: {answer.get('provider', '?')})"
+        f"← 200 from revision {revision} in {elapsed_ms:.1f} ms "
+        f"(provider: {answer.get('provider', '?')})"
     )
     say("")
     say("  Drafted reply:")

@@ -180,10 +180,11 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
         stats = await with_session(nats, commands.replay)
         rate = stats.events / stats.seconds if stats.seconds else 0.0
         say(
-            f"replayed {stats.events} events into {stats.runs} runs in {stats.seconds:.2f}s ({rate:,.0f} events/s)"
+            f"replayed {stats.events} events into {stats.runs} runs "
+            f"in {stats.seconds:.2f}s ({rate:,.0f} events/s)"
         )
     elif command == "invoke":
-        return await invoke_command(args)
+        return await invoke_command(args, read_data_argument(args.data))
     return 0
 
 
@@ -215,14 +216,7 @@ async def wait_command(args: argparse.Namespace) -> int:
     return 0
 
 
-async def invoke_command(args: argparse.Namespace) -> int:
-    data = args.data
-    if data.startswith("@"):
-        path = Path(data[1:])
-        if not path.is_file():
-            raise PlntError(f"--data {data}: no such file")
-        data = path.read_text()
-
+async def invoke_command(args: argparse.Namespace, data: str) -> int:
     async def work(session: commands.Session) -> tuple[int, str, str]:
         return await commands.invoke(
             session, name=args.name, namespace=args.namespace, data=data, stream=args.stream
@@ -232,6 +226,16 @@ async def invoke_command(args: argparse.Namespace) -> int:
     say(text.rstrip())
     print(f"(HTTP {status}, revision {revision or '-'})", file=sys.stderr)
     return 0 if status < 400 else 1
+
+
+def read_data_argument(data: str) -> str:
+    """``--data JSON`` or ``--data @file``."""
+    if not data.startswith("@"):
+        return data
+    path = Path(data[1:])
+    if not path.is_file():
+        raise PlntError(f"--data {data}: no such file")
+    return path.read_text()
 
 
 def main(argv: list[str] | None = None) -> None:

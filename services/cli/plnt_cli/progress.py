@@ -38,7 +38,8 @@ def describe(event: Envelope) -> str:
     data = event.data
     match event.event_type:
         case EventType.SPEC_PULLED:
-            return f"{label} ({data.get('workflow_name')}@{data.get('workflow_version')}, {str(data.get('spec_digest'))[:19]}…)"
+            ref = f"{data.get('workflow_name')}@{data.get('workflow_version')}"
+            return f"{label} ({ref}, {str(data.get('spec_digest'))[:19]}…)"
         case EventType.CANARY_INSTALLED:
             return f"{label} ({data['canary']['revision']} at {data['canary']['url']})"
         case EventType.SMOKE_PASSED | EventType.SMOKE_FAILED:
@@ -94,7 +95,8 @@ class SagaFollower:
             else "✗"
         )
         self._say(
-            f"  {marker} {now - self._started:6.2f}s  (+{step:5.2f}s)  {event.event_type.value:<17} {describe(event)}"
+            f"  {marker} {now - self._started:6.2f}s  (+{step:5.2f}s)  "
+            f"{event.event_type.value:<17} {describe(event)}"
         )
         if event.event_type.is_terminal:
             self.terminal = event

@@ -170,7 +170,8 @@ class Supervisor:
             service.process = None
             service.next_start_at = now + delay
             self._say(
-                f"{service.name} exited with code {code}; restarting in {delay:g}s (see {service.log_path})"
+                f"{service.name} exited with code {code}; restarting in {delay:g}s "
+                f"(see {service.log_path})"
             )
             return
         if now >= service.next_start_at:

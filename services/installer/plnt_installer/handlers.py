@@ -99,7 +99,8 @@ class InstallerHandlers:
         if backend is None:
             raise BackendUnavailable(
                 f"PlntBackend {data.backend_name!r} is of type {data.backend.type!r}, "
-                f"which this installer does not drive (available: {', '.join(sorted(self._backends))})"
+                "which this installer does not drive "
+                f"(available: {', '.join(sorted(self._backends))})"
             )
         return backend
 

@@ -1,4 +1,4 @@
-"""The port the installer drives a backend through; adapters implement it, logic never imports them."""
+"""The port the installer drives a backend through; adapters implement it."""
 
 from typing import Protocol
 

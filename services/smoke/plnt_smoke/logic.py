@@ -35,13 +35,15 @@ def judge(samples: list[Sample], budget: SmokeTest) -> SmokeFigures:
     if error_percent > budget.error_budget_percent:
         first = errors[0].error if errors else "no invocations"
         problems.append(
-            f"error rate {error_percent:.1f}% over budget {budget.error_budget_percent:g}% (first error: {first})"
+            f"error rate {error_percent:.1f}% over budget {budget.error_budget_percent:g}% "
+            f"(first error: {first})"
         )
     if p95 > budget.p95_budget_ms:
         problems.append(f"p95 {p95:.0f} ms over budget {budget.p95_budget_ms:g} ms")
     passed = not problems
     reason = (
-        f"p95 {p95:.0f} ms <= {budget.p95_budget_ms:g} ms, errors {error_percent:.1f}% <= {budget.error_budget_percent:g}%"
+        f"p95 {p95:.0f} ms <= {budget.p95_budget_ms:g} ms, "
+        f"errors {error_percent:.1f}% <= {budget.error_budget_percent:g}%"
         if passed
         else "; ".join(problems)
     )

@@ -13,7 +13,7 @@ class WatcherSettings(CommonSettings):
 
     source: Literal["embedded", "kubernetes"] = Field(
         default="embedded",
-        description="Where WorkflowRuns come from: the plnt-resources store, or the Kubernetes API.",
+        description="Where WorkflowRuns come from: plnt-resources, or the Kubernetes API.",
     )
     deadline_pulling_s: float = Field(
         default=180.0, gt=0, description="Longest a spec pull may take."

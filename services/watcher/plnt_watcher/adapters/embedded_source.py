@@ -1,5 +1,6 @@
 """The embedded resource source: WorkflowRuns in the ``plnt-resources`` KV store."""
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,16 +23,12 @@ class EmbeddedSource:
             yield namespace, name, stored.body if stored else None
 
     async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
-        try:
+        with contextlib.suppress(ResourceNotFound):  # deleted meanwhile: the watch says so
             await self._store.add_finalizer(KIND, namespace, name, finalizer)
-        except ResourceNotFound:
-            pass  # deleted meanwhile: the watch reports it
 
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
-        try:
+        with contextlib.suppress(ResourceNotFound):
             await self._store.remove_finalizer(KIND, namespace, name, finalizer)
-        except ResourceNotFound:
-            pass
 
     async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
         try:

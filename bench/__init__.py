@@ -1,0 +1,1 @@
+"""Benchmarks of plnt: ``python -m bench`` (``task bench``) prints a markdown table."""

@@ -1,0 +1,94 @@
+"""``python -m bench``: every figure of the deploy plane in one run, as a markdown table.
+
+Starts its own nats-server (and, for apply-to-Ready, the whole embedded stack) on free
+ports; prints the machine and versions so the table can be pasted into docs/benchmarks.md.
+"""
+
+import argparse
+import asyncio
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+from bench.deploy import apply_to_ready
+from bench.hops import raw_hop, saga_hop
+from bench.stats import summary_ms
+from plnt_cli.supervisor import StackConfig, Supervisor
+from plnt_cli.up import wait_until_ready
+from plnt_common.logs import configure_logging
+from plnt_common.testing.nats_server import NatsServer, free_port, nats_server_binary
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    server = subprocess.run(
+        [nats_server_binary(), "--version"], capture_output=True, text=True
+    ).stdout.strip()
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {server}, "
+        f"nats-py {version('nats-py')}, aiohttp {version('aiohttp')}, "
+        f"pydantic {version('pydantic')}"
+    )
+
+
+async def bus_figures(samples: int) -> list[tuple[str, float, float]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = NatsServer(store_dir=Path(tmp), port=free_port()).start()
+        try:
+            raw = await raw_hop(server.url, samples)
+            saga = await saga_hop(server.url, samples)
+        finally:
+            server.stop()
+    return [
+        ("raw JetStream hop (publish → fetch → ack)", *summary_ms(raw)),
+        ("saga hop (Bus.publish → handler start)", *summary_ms(saga)),
+    ]
+
+
+def deploy_figures(runs: int) -> list[tuple[str, float, float]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = StackConfig(data_dir=Path(tmp), nats_port=free_port(), router_port=free_port())
+        supervisor = Supervisor(
+            config, say=lambda line: print(f"  [stack] {line}", file=sys.stderr)
+        )
+        supervisor.start()
+        try:
+            asyncio.run(wait_until_ready(config))
+            timings = asyncio.run(apply_to_ready(config.nats_url, Path(tmp), runs))
+        finally:
+            supervisor.stop()
+    return [
+        (f"apply → Ready, demo workflow ({runs} runs, 10 smoke invocations)", *summary_ms(timings))
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--samples", type=int, default=1000, help="hops measured per bus figure")
+    parser.add_argument("--deploys", type=int, default=10, help="apply → Ready runs")
+    args = parser.parse_args()
+    configure_logging(level="warning", fmt="console")
+    rows = asyncio.run(bus_figures(args.samples)) + deploy_figures(args.deploys)
+    print(f"Machine: {machine()}\n")
+    print("| figure | p50 (ms) | p99 (ms) |")
+    print("|---|---:|---:|")
+    for label, p50, p99 in rows:
+        print(f"| {label} | {p50:.3f} | {p99:.3f} |")
+    raw_p50, saga_p50 = rows[0][1], rows[1][1]
+    ratio = saga_p50 / raw_p50
+    print(f"\nsaga hop p50 / raw hop p50 = {ratio:.2f} (target ≤ 3)")
+
+
+if __name__ == "__main__":
+    main()
