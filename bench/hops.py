@@ -19,7 +19,8 @@ from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_
 WARMUP = 50
 
 
-async def raw_hop(url: str, samples: int) -> list[float]:
+async def raw_hop(url: str, samples: int) -> tuple[list[float], list[float]]:
+    """(publish → fetch returns, publish → fetch → ack) per message."""
     bus = await Bus.open(url, service="bench-raw")
     js = bus.js
     subject = "plnt.evt.bench.raw.x"
@@ -28,17 +29,19 @@ async def raw_hop(url: str, samples: int) -> list[float]:
     )
     await js.add_consumer(subjects.STREAM, config)
     sub = await js.pull_subscribe_bind("bench-raw", subjects.STREAM)
-    timings = []
+    received, acked = [], []
     for i in range(samples + WARMUP):
         started = time.perf_counter()
         await js.publish(subject, b"x" * 600)
         msgs = await sub.fetch(batch=1, timeout=5)
-        await msgs[0].ack()
+        got = time.perf_counter()
+        await msgs[0].ack_sync()
         if i >= WARMUP:
-            timings.append(time.perf_counter() - started)
+            received.append(got - started)
+            acked.append(time.perf_counter() - started)
     await sub.unsubscribe()
     await bus.close()
-    return timings
+    return received, acked
 
 
 async def saga_hop(url: str, samples: int) -> list[float]:
