@@ -37,3 +37,10 @@ class CommonSettings(BaseSettings):
         validation_alias=AliasChoices("PLNT_ROUTER_PUBLIC_URL", "router_public_url"),
         description="Base URL consumers use to reach the router; status.endpoint starts with it.",
     )
+    metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Serve Prometheus /metrics on this port (0 = off). Read with the "
+        "service's prefix, e.g. PLNT_INSTALLER_METRICS_PORT.",
+    )

@@ -58,7 +58,7 @@ def stack_config(
 
 
 async def wait_until_ready(config: StackConfig, *, timeout_s: float = 60.0) -> None:
-    """Ready once every saga service has bound its consumer and the router answers."""
+    """Ready once every saga service has bound its consumer and the router loaded its routes."""
     deadline = time.monotonic() + timeout_s
     nc = await connect(config.nats_url, name="plnt-up", retry_on_start=True)
     js = nc.jetstream()
@@ -80,7 +80,7 @@ async def wait_until_ready(config: StackConfig, *, timeout_s: float = 60.0) -> N
         async with aiohttp.ClientSession() as http:
             while True:
                 try:
-                    async with http.get(f"{config.router_url}/healthz") as response:
+                    async with http.get(f"{config.router_url}/readyz") as response:
                         if response.status == 200:
                             return
                 except aiohttp.ClientError:
