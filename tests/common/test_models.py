@@ -83,7 +83,7 @@ def test_a_bad_workflowrun_is_refused_naming_the_field(path: str, value: Any, me
 
 def test_a_kubernetes_backend_needs_exactly_one_credential_source() -> None:
     base = {"apiVersion": "plnt.work/v1", "kind": "PlntBackend", "metadata": {"name": "gpu"}}
-    with pytest.raises(SpecInvalid, match="needs spec.kubernetes"):
+    with pytest.raises(SpecInvalid, match=r"needs spec\.kubernetes"):
         parse_resource({**base, "spec": {"type": "kubernetes"}})
     with pytest.raises(SpecInvalid, match="exactly one of inCluster"):
         parse_resource({**base, "spec": {"type": "kubernetes", "kubernetes": {"namespace": "x"}}})
