@@ -6,7 +6,7 @@ message naming the problem.
 """
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import yaml
@@ -23,6 +23,37 @@ KNOWN_TOOLS = frozenset(
     {"llm.classify", "rag.query", "llm.generate", "policy.moderate", "http.request"}
 )
 """Tools the runner implements; a spec naming any other tool is refused at pull time."""
+
+
+def _check_http(step_id: str, config: Mapping[str, Any]) -> None:
+    url = config.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(f"step {step_id!r} (http.request) needs with.url, an http(s) URL")
+
+
+def _check_rag(step_id: str, config: Mapping[str, Any]) -> None:
+    documents = config.get("documents", [])
+    if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
+        raise ValueError(f"step {step_id!r} (rag.query): with.documents must be a list of text")
+    top_k = config.get("top_k", 3)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+        raise ValueError(f"step {step_id!r} (rag.query): with.top_k must be an integer >= 0")
+
+
+def _check_moderate(step_id: str, config: Mapping[str, Any]) -> None:
+    terms = config.get("blocked_terms", [])
+    if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+        raise ValueError(
+            f"step {step_id!r} (policy.moderate): with.blocked_terms must be a list of text"
+        )
+
+
+TOOL_CONFIG_CHECKS: dict[str, Callable[[str, Mapping[str, Any]], None]] = {
+    "http.request": _check_http,
+    "rag.query": _check_rag,
+    "policy.moderate": _check_moderate,
+}
+"""What each tool needs in ``with``: checked at pull time, so a runner never starts on it."""
 
 
 class _Frozen(BaseModel):
@@ -63,6 +94,13 @@ class Step(_Frozen):
         if value not in KNOWN_TOOLS:
             raise ValueError(f"unknown tool {value!r} (known: {', '.join(sorted(KNOWN_TOOLS))})")
         return value
+
+    @model_validator(mode="after")
+    def _with_fits_the_tool(self) -> "Step":
+        check = TOOL_CONFIG_CHECKS.get(self.tool)
+        if check is not None:
+            check(self.id, self.with_)
+        return self
 
 
 class Requirements(_Frozen):

@@ -177,3 +177,27 @@ async def routes_entry(client: Client, name: str) -> tuple[bytes | None, int]:
     except Exception:  # KeyNotFoundError / KeyDeletedError
         return None, 0
     return entry.value or None, entry.revision or 0
+
+
+async def test_a_canary_that_cannot_start_fails_the_first_rollout_naming_why(
+    client: Client, registry: Path
+) -> None:
+    await client.apply(
+        {
+            "apiVersion": "plnt.work/v1",
+            "kind": "PlntBackend",
+            "metadata": {"name": "keyless"},
+            "spec": {
+                "type": "local",
+                "gpuClasses": {"nvidia.com/h100": {"resourceName": "nvidia.com/gpu"}},
+                "llm": {"baseUrl": "http://127.0.0.1:9/v1", "model": "m", "apiKeyEnv": "PLNT_UNSET_KEY"},
+            },
+        }
+    )
+    publish_spec(registry, workflow_named("keyless-run"))
+    await client.apply(run_document("keyless-run", registry=registry, backend="keyless"))
+    body = await client.wait_phase("keyless-run", "Failed")
+    assert "PLNT_UNSET_KEY" in body["status"]["message"]
+    kinds = [e.event_type for e in await client.events("keyless-run")]
+    assert kinds[-2:] == [EventType.INSTALL_FAILED, EventType.RUN_FAILED]
+    assert await client.release_keys("keyless-run") == []

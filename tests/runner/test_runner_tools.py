@@ -10,7 +10,7 @@ from plnt_common.errors import SpecInvalid
 from plnt_runner.errors import ToolFailed
 from plnt_runner.ports import Message
 from plnt_runner.prompts import Task, read_messages
-from plnt_runner.tools import ToolContext, build_tools, check_workflow
+from plnt_runner.tools import ToolContext, build_tools
 
 
 class ScriptedLLM:
@@ -161,8 +161,8 @@ async def test_rag_retrieves_matching_documents_from_with() -> None:
     ],
     ids=["no-url", "not-http", "documents-not-list", "negative-top-k", "terms-not-text"],
 )
-def test_check_workflow_names_the_step_with_unusable_config(
+def test_a_spec_with_unusable_tool_config_is_refused_naming_the_step(
     step: dict[str, Any], problem: str
 ) -> None:
     with pytest.raises(SpecInvalid, match=problem.replace("(", r"\(").replace(")", r"\)")):
-        check_workflow(make_workflow([step]))
+        make_workflow([step])

@@ -30,7 +30,7 @@ from plnt_runner.offline import OfflineProvider
 from plnt_runner.ports import LLMProvider
 from plnt_runner.settings import RunnerSettings
 from plnt_runner.state import RunnerState
-from plnt_runner.tools import build_tools, check_workflow
+from plnt_runner.tools import build_tools
 
 log = get_logger("plnt.runner")
 
@@ -49,7 +49,6 @@ def create_app(settings: RunnerSettings, *, provider: LLMProvider | None = None)
             f"cannot read workflow file {settings.workflow_file}: {exc.strerror or exc}"
         ) from None
     workflow = parse_workflow(raw)
-    check_workflow(workflow)
     state = RunnerState(
         settings=settings,
         workflow=workflow,

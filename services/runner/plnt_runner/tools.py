@@ -10,8 +10,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from plnt_common.errors import SpecInvalid
-from plnt_common.workflow import Workflow
 from plnt_runner.errors import ToolFailed
 from plnt_runner.ports import HttpPoster, LLMProvider
 from plnt_runner.prompts import (
@@ -56,17 +54,6 @@ def build_tools(*, llm: LLMProvider, http: HttpPoster) -> dict[str, Tool]:
         # Side effects: a cached POST would silently not happen, so never cache it.
         "http.request": Tool(name="http.request", run=_HttpTool(http).run, cacheable=False),
     }
-
-
-def check_workflow(workflow: Workflow) -> None:
-    """Check every step's ``with`` against its tool; raises ``SpecInvalid`` naming the step.
-
-    ``parse_workflow`` validates the DAG; this validates what only the runner knows.
-    """
-    for step in workflow.spec.steps:
-        check = _CONFIG_CHECKS.get(step.tool)
-        if check is not None:
-            check(step.id, step.with_)
 
 
 class _LLMTools:
@@ -165,36 +152,6 @@ class _HttpTool:
 
     async def run(self, step: StepInput, ctx: ToolContext) -> Any:
         return await self._http.post_json(url=str(step["with"]["url"]), payload=step)
-
-
-def _check_http(step_id: str, config: Mapping[str, Any]) -> None:
-    url = config.get("url")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise SpecInvalid(f"step {step_id!r} (http.request) needs with.url, an http(s) URL")
-
-
-def _check_rag(step_id: str, config: Mapping[str, Any]) -> None:
-    documents = config.get("documents", [])
-    if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
-        raise SpecInvalid(f"step {step_id!r} (rag.query): with.documents must be a list of text")
-    top_k = config.get("top_k", 3)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
-        raise SpecInvalid(f"step {step_id!r} (rag.query): with.top_k must be an integer >= 0")
-
-
-def _check_moderate(step_id: str, config: Mapping[str, Any]) -> None:
-    terms = config.get("blocked_terms", [])
-    if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
-        raise SpecInvalid(
-            f"step {step_id!r} (policy.moderate): with.blocked_terms must be a list of text"
-        )
-
-
-_CONFIG_CHECKS: dict[str, Callable[[str, Mapping[str, Any]], None]] = {
-    "http.request": _check_http,
-    "rag.query": _check_rag,
-    "policy.moderate": _check_moderate,
-}
 
 
 def _first_output_with(outputs: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
