@@ -20,7 +20,7 @@ from bench.stats import summary_ms
 from plnt_cli.supervisor import StackConfig, Supervisor
 from plnt_cli.up import wait_until_ready
 from plnt_common.logs import configure_logging
-from plnt_common.testing.nats_server import NatsServer, free_port, nats_server_binary
+from plnt_common.nats_server import NatsServer, free_port, nats_server_binary
 
 
 def machine() -> str:

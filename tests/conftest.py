@@ -7,7 +7,7 @@ import pytest
 from nats.aio.client import Client
 
 from plnt_common.bus import connect
-from plnt_common.testing.nats_server import NatsServer, free_port
+from plnt_common.nats_server import NatsServer, free_port
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from stack_support import Client, backend_document
 from plnt_cli.supervisor import StackConfig, Supervisor
 from plnt_cli.up import wait_until_ready
 from plnt_common.bus.bus import Bus
-from plnt_common.testing.nats_server import free_port
+from plnt_common.nats_server import free_port
 
 FAST_ENV = {
     "PLNT_WATCHER_DEADLINE_CHECK_INTERVAL_S": "0.5",

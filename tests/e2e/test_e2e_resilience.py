@@ -15,7 +15,7 @@ from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
 from plnt_common.projection import RunProjection
-from plnt_common.testing.nats_server import free_port
+from plnt_common.nats_server import free_port
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from puller_support import VERSION, WORKFLOW, FileSource, S3Source, SpecSource, workflow_yaml
 
 from plnt_common.errors import RegistryUnavailable, SpecInvalid, SpecNotFound
-from plnt_common.testing.nats_server import free_port
+from plnt_common.nats_server import free_port
 from plnt_common.workflow import MAX_SPEC_BYTES
 from plnt_puller.adapters.file_registry import FileRegistry
 from plnt_puller.adapters.registries import RegistryByScheme

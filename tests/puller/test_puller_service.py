@@ -29,7 +29,7 @@ from plnt_common import subjects
 from plnt_common.events import Envelope, EventType, RunFailed, SpecPulled, saga_id
 from plnt_common.projection import RunProjection
 from plnt_common.status import Reason
-from plnt_common.testing.nats_server import free_port
+from plnt_common.nats_server import free_port
 from plnt_common.workflow import MAX_SPEC_BYTES, spec_digest
 
 

@@ -11,7 +11,7 @@ from plnt_common.bus import connect
 from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.routes import RouteEntry, RouteTarget, route_key
 from plnt_common.subjects import ROUTES_BUCKET
-from plnt_common.testing.nats_server import NatsServer
+from plnt_common.nats_server import NatsServer
 from plnt_router.adapters.route_watch import RouteWatcher
 from plnt_router.table import RouteTable
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from runner_support import make_workflow
 
-from plnt_common.testing.nats_server import free_port
+from plnt_common.nats_server import free_port
 from plnt_runner.adapters.http_post import AiohttpPoster
 from plnt_runner.cache import StepCache
 from plnt_runner.errors import HttpStepFailed, StepFailed

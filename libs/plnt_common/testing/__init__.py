@@ -1,4 +1,5 @@
-"""Test support shipped with plnt: a real nats-server launcher and fakes of external systems.
+"""Test support shipped with plnt: fakes of external systems that behave like the real ones
+in what plnt depends on (an OpenAI-compatible LLM, S3 via moto, the Kubernetes API).
 
-Used by the test suite and by ``plnt up``; nothing here is imported by service code paths.
+Imported by tests, benchmarks and demos only; no service code path imports it.
 """

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from moto.server import ThreadedMotoServer
 
-from plnt_common.testing.nats_server import wait_for_port
+from plnt_common.nats_server import wait_for_port
 
 
 @contextmanager

