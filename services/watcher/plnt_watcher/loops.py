@@ -131,8 +131,10 @@ class ResourceLoop:
     async def _request_deletion(
         self, namespace: str, name: str, projection: RunProjection | None
     ) -> None:
+        # Without a projection a first saga (1.1) may be in flight unfolded: start above it,
+        # so the deletion supersedes it instead of sharing its id.
         generation, attempt = (
-            saga_order(projection.saga_id) if projection and projection.saga_id else (1, 0)
+            saga_order(projection.saga_id) if projection and projection.saga_id else (1, 1)
         )
         sagaid = await self._free_saga_id(namespace, name, generation, after=attempt)
         event = new_event(
