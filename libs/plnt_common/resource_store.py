@@ -23,6 +23,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
+from plnt_common.bus.kv_watch import Reconnects, watch_entries
 from plnt_common.errors import Conflict, ResourceNotFound
 from plnt_common.names import DEFAULT_NAMESPACE
 from plnt_common.resources import Resource
@@ -74,8 +75,9 @@ def _encode(body: dict[str, Any]) -> bytes:
 class ResourceStore:
     """CRUD and watch over ``plnt-resources``; raises ``ResourceNotFound`` or ``Conflict``."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, *, reconnects: Reconnects | None = None) -> None:
         self._kv = kv
+        self._reconnects = reconnects
 
     async def get(self, kind: str, namespace: str | None, name: str) -> StoredObject | None:
         """The object, or None when it does not exist."""
@@ -263,18 +265,17 @@ class ResourceStore:
         return "deleted" if remaining is None else "deleting"
 
     async def watch(self) -> AsyncIterator[tuple[str, StoredObject | None]]:
-        """Every current object, then each change as it happens; None means deleted."""
-        watcher = await self._kv.watchall()
-        try:
-            async for entry in watcher:
-                if entry is None:  # end of the initial values
-                    continue
-                if entry.operation in ("DEL", "PURGE") or not entry.value:
-                    yield entry.key, None
-                else:
-                    yield entry.key, _decode(entry.key, entry.revision or 0, entry.value)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        """Every current object, then each change as it happens; None means deleted.
+
+        After a reconnection the current objects are reported again.
+        """
+        async for entry in watch_entries(self._kv, reconnects=self._reconnects):
+            if entry is None:  # end of the initial values
+                continue
+            if entry.operation in ("DEL", "PURGE") or not entry.value:
+                yield entry.key, None
+            else:
+                yield entry.key, _decode(entry.key, entry.revision or 0, entry.value)
 
     async def watch_object(
         self, kind: str, namespace: str | None, name: str

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import start_stack
+from stack_fixtures import start_stack
 from stack_support import Client, invoke, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor

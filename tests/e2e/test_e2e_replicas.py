@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import start_stack
+from stack_fixtures import start_stack
 from stack_support import Client, backend_document, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor

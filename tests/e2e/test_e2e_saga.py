@@ -190,7 +190,11 @@ async def test_a_canary_that_cannot_start_fails_the_first_rollout_naming_why(
             "spec": {
                 "type": "local",
                 "gpuClasses": {"nvidia.com/h100": {"resourceName": "nvidia.com/gpu"}},
-                "llm": {"baseUrl": "http://127.0.0.1:9/v1", "model": "m", "apiKeyEnv": "PLNT_UNSET_KEY"},
+                "llm": {
+                    "baseUrl": "http://127.0.0.1:9/v1",
+                    "model": "m",
+                    "apiKeyEnv": "PLNT_UNSET_KEY",
+                },
             },
         }
     )

@@ -22,6 +22,7 @@ from nats.js.object_store import ObjectStore
 
 from plnt_common import subjects
 from plnt_common.bus.connection import connect
+from plnt_common.bus.kv_watch import Reconnects
 from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.errors import BusUnavailable
 from plnt_common.events import Envelope
@@ -52,11 +53,18 @@ class Bus:
     sagas: KeyValue
     specs: ObjectStore
     service: str
+    reconnects: Reconnects
 
     @classmethod
     async def open(cls, url: str, *, service: str, wait_for_server: bool = False) -> "Bus":
         """Connect, provision idempotently and bind the buckets."""
-        nc = await connect(url, name=f"plnt-{service}", retry_on_start=wait_for_server)
+        reconnects = Reconnects()
+        nc = await connect(
+            url,
+            name=f"plnt-{service}",
+            retry_on_start=wait_for_server,
+            on_reconnected=reconnects.mark,
+        )
         js = nc.jetstream(timeout=5)
         await ensure_jetstream(js)
         return cls(
@@ -69,6 +77,7 @@ class Bus:
             sagas=await js.key_value(subjects.SAGAS_BUCKET),
             specs=await js.object_store(subjects.SPECS_OBJECT_STORE),
             service=service,
+            reconnects=reconnects,
         )
 
     async def close(self) -> None:

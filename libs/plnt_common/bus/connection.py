@@ -1,5 +1,6 @@
 """Connecting to NATS with the reconnect policy every service shares."""
 
+from collections.abc import Callable
 from typing import Any
 
 import nats
@@ -13,7 +14,12 @@ log = get_logger(__name__)
 
 
 async def connect(
-    url: str, *, name: str = "plnt", connect_timeout: float = 2.0, retry_on_start: bool = False
+    url: str,
+    *,
+    name: str = "plnt",
+    connect_timeout: float = 2.0,
+    retry_on_start: bool = False,
+    on_reconnected: Callable[[], None] | None = None,
 ) -> Client:
     """Connect to NATS.
 
@@ -30,6 +36,8 @@ async def connect(
 
     async def on_reconnect() -> None:
         log.info("nats.reconnected")
+        if on_reconnected is not None:
+            on_reconnected()
 
     options: dict[str, Any] = {
         "servers": [u.strip() for u in url.split(",") if u.strip()],

@@ -146,6 +146,11 @@ class Supervisor:
         self._thread = threading.Thread(target=self._watch, name="plnt-supervisor", daemon=True)
         self._thread.start()
 
+    def restart_nats(self, *, kill: bool = False) -> None:
+        """Stop the server (SIGKILL with ``kill``) and start it again on the same store."""
+        self._nats.stop(kill=kill)
+        self._nats.start()
+
     def services(self) -> list[ManagedProcess]:
         return list(self._services)
 

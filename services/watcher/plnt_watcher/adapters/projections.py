@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from plnt_common.bus.kv_watch import Reconnects, watch_entries
 from plnt_common.errors import Conflict
 from plnt_common.events import Envelope
 from plnt_common.projection import OPENING_EVENTS, RunProjection, apply_event, empty_projection
@@ -13,8 +14,9 @@ CAS_ATTEMPTS = 50
 
 
 class ProjectionStore:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, *, reconnects: Reconnects | None = None) -> None:
         self._kv = kv
+        self._reconnects = reconnects
 
     async def get(self, *, namespace: str, name: str) -> RunProjection | None:
         projection, _ = await self._get(f"{namespace}.{name}")
@@ -54,14 +56,11 @@ class ProjectionStore:
         await self._kv.delete(f"{namespace}.{name}")
 
     async def watch(self) -> AsyncIterator[tuple[str, RunProjection | None]]:
-        watcher = await self._kv.watchall()
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    continue
-                if entry.operation in ("DEL", "PURGE") or not entry.value:
-                    yield entry.key, None
-                else:
-                    yield entry.key, RunProjection.model_validate_json(entry.value)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        """Every projection, then each change; the current ones again after a reconnection."""
+        async for entry in watch_entries(self._kv, reconnects=self._reconnects):
+            if entry is None:
+                continue
+            if entry.operation in ("DEL", "PURGE") or not entry.value:
+                yield entry.key, None
+            else:
+                yield entry.key, RunProjection.model_validate_json(entry.value)
