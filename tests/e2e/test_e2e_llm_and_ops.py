@@ -17,8 +17,8 @@ from stack_support import Client, invoke, publish_spec, run_document, workflow_n
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
-from plnt_common.testing.fake_llm import FakeLLM
 from plnt_common.nats_server import free_port
+from plnt_common.testing.fake_llm import FakeLLM
 
 API_KEY = "sk-plnt-e2e"
 

@@ -14,8 +14,8 @@ from stack_support import Client, invoke, publish_spec, run_document, workflow_n
 from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
-from plnt_common.projection import RunProjection
 from plnt_common.nats_server import free_port
+from plnt_common.projection import RunProjection
 
 
 @pytest.fixture

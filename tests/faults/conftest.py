@@ -5,6 +5,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
-from stack_fixtures import client, registry, stack  # noqa: E402 - after the path is known
+from stack_fixtures import client, registry, stack
 
 __all__ = ["client", "registry", "stack"]

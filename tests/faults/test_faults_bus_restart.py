@@ -4,9 +4,9 @@ every service resumes consuming."""
 import asyncio
 from pathlib import Path
 
-from plnt_cli.supervisor import Supervisor
-
 from stack_support import Client, publish_spec, run_document, workflow_named
+
+from plnt_cli.supervisor import Supervisor
 
 
 async def test_a_saga_applied_across_a_server_restart_completes(

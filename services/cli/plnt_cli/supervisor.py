@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plnt_common.processes import die_with_parent
 from plnt_common.nats_server import NatsServer, free_port, port_is_free
+from plnt_common.processes import die_with_parent
 from plnt_local_backend import stop_all_runners
 
 SAGA_SERVICES = ("watcher", "puller", "installer", "smoke", "promoter")
