@@ -1,0 +1,134 @@
+"""Every CEL rule (`x-kubernetes-validations`) of the plnt CRDs, evaluated with cel-python on
+`self` values that must pass and values that must fail. A rule added to a CRD without
+cases here fails test_every_rule_of_the_crds_has_cases."""
+
+from typing import Any
+
+import celpy
+import pytest
+from plnt_chart_kit import CRD_FILES, cel_rules, compile_cel, crd_schema, eval_cel
+
+NAME_40 = "self.metadata.name.size() <= 40"
+NAME_63 = "self.metadata.name.size() <= 63"
+NAME_DNS = "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')"
+NO_DOTDOT = "!self.registry.matches('(^|/)[.][.](/|$)')"
+MIN_LE_MAX = "self.min <= self.max"
+TRAFFIC = "self.trafficPercent >= 0 && self.trafficPercent <= 100"
+K8S_TARGET = "self.type != 'kubernetes' || has(self.kubernetes)"
+ONE_CREDENTIAL = "self.inCluster != has(self.kubeconfigSecretRef)"
+
+
+def _named(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {}}
+
+
+# rule -> (self values that pass, self values that fail)
+CASES: dict[str, tuple[list[Any], list[Any]]] = {
+    NAME_40: (
+        [_named("review-responder"), _named("a" * 40), _named("a")],
+        [_named("a" * 41), _named("review-responder-for-the-whole-brand-portfolio")],
+    ),
+    NAME_63: ([_named("a" * 63), _named("gpu-cluster-01")], [_named("a" * 64)]),
+    NAME_DNS: (
+        [_named("review-responder"), _named("a1"), _named("0")],
+        [
+            _named("Review"),
+            _named("review_responder"),
+            _named("-review"),
+            _named("review-"),
+            _named("review.responder"),
+            _named(""),
+        ],
+    ),
+    NO_DOTDOT: (
+        [
+            {"registry": "s3://bucket/a..b"},
+            {"registry": "file:///srv/registry"},
+            {"registry": "oci://ghcr.io/org/specs..v2"},
+        ],
+        [
+            {"registry": "s3://bucket/../other"},
+            {"registry": "file:///srv/.."},
+            {"registry": "file:///../etc"},
+        ],
+    ),
+    MIN_LE_MAX: (
+        [{"min": 1, "max": 1}, {"min": 0, "max": 4}, {"min": 3, "max": 1000}],
+        [{"min": 5, "max": 2}, {"min": 1000, "max": 1}],
+    ),
+    TRAFFIC: (
+        [{"trafficPercent": 0}, {"trafficPercent": 5}, {"trafficPercent": 100}],
+        [{"trafficPercent": 101}, {"trafficPercent": -1}],
+    ),
+    K8S_TARGET: (
+        [
+            {"type": "local"},
+            {"type": "kubernetes", "kubernetes": {"inCluster": True}},
+        ],
+        [{"type": "kubernetes"}],
+    ),
+    ONE_CREDENTIAL: (
+        [
+            {"inCluster": True, "namespace": "default"},
+            {"inCluster": False, "kubeconfigSecretRef": {"name": "c", "key": "k"}},
+        ],
+        [
+            {"inCluster": False, "namespace": "default"},
+            {"inCluster": True, "kubeconfigSecretRef": {"name": "c", "key": "k"}},
+        ],
+    ),
+}
+
+
+def _all_rules() -> list[tuple[str, tuple[str, ...], dict[str, Any]]]:
+    return [
+        (kind, path, rule)
+        for kind in sorted(CRD_FILES)
+        for path, rule in cel_rules(crd_schema(kind))
+    ]
+
+
+def test_every_rule_of_the_crds_has_cases() -> None:
+    assert {rule["rule"] for _, _, rule in _all_rules()} == set(CASES)
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "rule"),
+    _all_rules(),
+    ids=[f"{kind}:{'.'.join(path) or 'root'}:{rule['rule']}" for kind, path, rule in _all_rules()],
+)
+def test_rule_compiles_and_has_a_message(
+    kind: str, path: tuple[str, ...], rule: dict[str, Any]
+) -> None:
+    compile_cel(rule["rule"])
+    assert rule.get("message"), f"{kind} {'.'.join(path)}: give the rule a message users can act on"
+
+
+@pytest.mark.parametrize(
+    ("rule", "value"),
+    [(rule, value) for rule, (good, _) in CASES.items() for value in good],
+)
+def test_rule_admits_good_values(rule: str, value: Any) -> None:
+    assert eval_cel(rule, value) is True
+
+
+@pytest.mark.parametrize(
+    ("rule", "value"),
+    [(rule, value) for rule, (_, bad) in CASES.items() for value in bad],
+)
+def test_rule_rejects_bad_values(rule: str, value: Any) -> None:
+    assert eval_cel(rule, value) is False
+
+
+def test_root_rules_cover_the_name_rules_the_contract_asks_for() -> None:
+    root = [rule["rule"] for path, rule in cel_rules(crd_schema("WorkflowRun")) if path == ()]
+    assert root == [NAME_40, NAME_DNS]
+    placed = {rule["rule"]: path for path, rule in cel_rules(crd_schema("WorkflowRun"))}
+    assert placed[MIN_LE_MAX] == ("spec", "replicas")
+    assert placed[TRAFFIC] == ("spec", "canary")
+    assert placed[NO_DOTDOT] == ("spec", "workflow")
+
+
+def test_a_broken_rule_does_not_compile() -> None:
+    with pytest.raises(celpy.CELParseError):
+        compile_cel("self.min <= ")
