@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from plnt_common.errors import SpecInvalid
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
@@ -206,6 +206,7 @@ class Envelope(BaseModel):
     sagaid: str = Field(examples=["default.review-responder.1.1"])
     generation: int
     causationid: str = Field(default="", description="id of the event this one answers.")
+    _payload: Any = PrivateAttr(default=None)
 
     @property
     def event_type(self) -> EventType:
@@ -220,8 +221,10 @@ class Envelope(BaseModel):
         return self.subject.split("/", 1)[1]
 
     def payload(self) -> Any:
-        """The data decoded into its event type's model."""
-        return EVENT_DATA[self.event_type].model_validate(self.data)
+        """The data decoded into its event type's model (validated once, then cached)."""
+        if self._payload is None:
+            self._payload = EVENT_DATA[self.event_type].model_validate(self.data)
+        return self._payload
 
 
 def new_event(

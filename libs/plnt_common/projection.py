@@ -7,6 +7,7 @@ changes nothing more, so late or redelivered events never move a run backwards.
 """
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -91,6 +92,25 @@ def empty_projection(namespace: str, name: str) -> RunProjection:
     return RunProjection(namespace=namespace, name=name)
 
 
+def fold_into(projections: dict[str, RunProjection], event: Envelope) -> None:
+    """Replay's step: fold ``event`` into the projections by key, as the watcher does live.
+
+    A run is opened only by ``run.requested`` or ``run.deleted`` and dropped once its
+    removal completed (the watcher deletes its key then).
+    """
+    key = f"{event.namespace}.{event.name}"
+    current = projections.get(key)
+    if current is None:
+        if event.event_type not in OPENING_EVENTS:
+            return
+        current = empty_projection(event.namespace, event.name)
+    updated = apply_event(current, event)
+    if updated.removed:
+        projections.pop(key, None)
+    else:
+        projections[key] = updated
+
+
 def apply_event(current: RunProjection, event: Envelope) -> RunProjection:
     """The projection after ``event``; pure and order-tolerant."""
     event_type = event.event_type
@@ -132,8 +152,11 @@ def _start_saga(current: RunProjection, event: Envelope) -> RunProjection:
     )
 
 
+CONDITION_ORDER = {kind: index for index, kind in enumerate(ConditionType)}
+
+
 def _condition(
-    current: RunProjection,
+    conditions: tuple[Condition, ...],
     event: Envelope,
     kind: ConditionType,
     ok: bool,
@@ -141,8 +164,8 @@ def _condition(
     message: str = "",
 ) -> tuple[Condition, ...]:
     """Replace one condition, keeping lastTransitionTime when the status did not change."""
-    new_status = "True" if ok else "False"
-    previous = next((c for c in current.status.conditions if c.type == kind), None)
+    new_status: Literal["True", "False"] = "True" if ok else "False"
+    previous = next((c for c in conditions if c.type == kind), None)
     since = (
         previous.last_transition_time
         if previous is not None and previous.status == new_status
@@ -156,20 +179,16 @@ def _condition(
         last_transition_time=since,
         observed_generation=event.generation,
     )
-    others = tuple(c for c in current.status.conditions if c.type != kind)
-    return tuple(sorted((*others, condition), key=lambda c: list(ConditionType).index(c.type)))
+    others = [c for c in conditions if c.type != kind]
+    return tuple(sorted((*others, condition), key=lambda c: CONDITION_ORDER[c.type]))
 
 
 def _with(
     current: RunProjection, event: Envelope, *pairs: tuple[ConditionType, bool, str, str]
 ) -> tuple[Condition, ...]:
-    projection = current
     conditions = current.status.conditions
     for kind, ok, reason, message in pairs:
-        conditions = _condition(projection, event, kind, ok, reason, message)
-        projection = projection.model_copy(
-            update={"status": projection.status.model_copy(update={"conditions": conditions})}
-        )
+        conditions = _condition(conditions, event, kind, ok, reason, message)
     return conditions
 
 

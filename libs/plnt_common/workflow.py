@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from plnt_common.errors import SpecInvalid
 from plnt_common.names import SEMVER, check_dns_label
 
+# libyaml's loader parses a spec ~10x faster than the pure-Python one; same safe subset
+SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 MAX_SPEC_BYTES = 256 * 1024
 MAX_STEPS = 64
 MAX_DEPS = 32
@@ -171,7 +174,7 @@ def parse_workflow(raw: bytes) -> Workflow:
     if len(raw) > MAX_SPEC_BYTES:
         raise SpecInvalid(f"spec is {len(raw)} bytes, over the {MAX_SPEC_BYTES}-byte bound")
     try:
-        document = yaml.safe_load(raw)
+        document = yaml.load(raw, Loader=SafeLoader)
     except yaml.YAMLError as exc:
         raise SpecInvalid(f"spec is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(document, dict):

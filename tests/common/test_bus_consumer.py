@@ -122,3 +122,33 @@ async def test_a_handler_slower_than_ack_wait_runs_once(nats_url: str) -> None:
     await asyncio.sleep(2)
     assert runs == [1]
     await bus.close()
+
+
+async def test_events_of_one_run_are_handled_in_order_while_runs_overlap(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    for name, generation in (("a", 1), ("a", 2), ("b", 1)):
+        await bus.publish(deleted_event(name, generation))
+    timeline: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        label = f"{event.name}{event.generation}"
+        timeline.append(f"start {label}")
+        if label == "a1":
+            await asyncio.sleep(0.5)  # a2 must wait for this; b1 must not
+        timeline.append(f"end {label}")
+        if len([t for t in timeline if t.startswith("end")]) == 3:
+            done.set()
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        raise AssertionError("must not exhaust")
+
+    spec = ConsumerSpec(
+        service="ordered",
+        filters=(subjects.event_filter(EventType.RUN_DELETED),),
+        ordered_by_run=True,
+    )
+    await consume_until(bus, spec, handler, exhausted, done)
+    assert timeline.index("end a1") < timeline.index("start a2")
+    assert timeline.index("end b1") < timeline.index("end a1")
+    await bus.close()

@@ -45,6 +45,8 @@ class ConsumerSpec:
     max_attempts: int = 6
     backoff_s: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
     fetch_timeout_s: float = 1.0
+    ordered_by_run: bool = False
+    """Handle events of one run in stream order while other runs go concurrently."""
 
     def delay_for(self, attempt: int) -> float:
         return self.backoff_s[min(attempt - 1, len(self.backoff_s) - 1)]
@@ -78,6 +80,7 @@ class EventConsumer:
         self._on_exhausted = on_exhausted
         self._slots = asyncio.Semaphore(spec.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._run_tails: dict[str, asyncio.Future[None]] = {}
 
     async def ensure_consumer(self) -> None:
         config = api.ConsumerConfig(
@@ -160,14 +163,38 @@ class EventConsumer:
             log.error("consumer.poison_message", subject=msg.subject, error=str(exc))
             await msg.term()
             return
-        with structlog.contextvars.bound_contextvars(
-            sagaid=envelope.sagaid,
-            event=envelope.event_type.value,
-            namespace=envelope.namespace,
-            name=envelope.name,
-            attempt=attempt,
-        ):
-            await self._run_handler(msg, envelope, attempt)
+        previous, done = (
+            self._queue_behind_run(envelope) if self._spec.ordered_by_run else (None, None)
+        )
+        try:
+            if previous is not None:
+                await previous
+            with structlog.contextvars.bound_contextvars(
+                sagaid=envelope.sagaid,
+                event=envelope.event_type.value,
+                namespace=envelope.namespace,
+                name=envelope.name,
+                attempt=attempt,
+            ):
+                await self._run_handler(msg, envelope, attempt)
+        finally:
+            if done is not None:
+                done.set_result(None)
+                if self._run_tails.get(envelope.subject) is done:
+                    del self._run_tails[envelope.subject]
+
+    def _queue_behind_run(
+        self, envelope: Envelope
+    ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """The future to wait for (the run's previous event) and the one to resolve.
+
+        Called before the first await of a task, and tasks start in fetch order, so the
+        chain follows the stream's order per run.
+        """
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        previous = self._run_tails.get(envelope.subject)
+        self._run_tails[envelope.subject] = done
+        return previous, done
 
     async def _run_handler(self, msg: Msg, envelope: Envelope, attempt: int) -> None:
         started = time.perf_counter()

@@ -1,5 +1,7 @@
 """Observing a saga's state on the bus: its run's projection and its terminal claim."""
 
+import asyncio
+
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
 from plnt_common.bus.bus import Bus
@@ -17,5 +19,8 @@ async def read_projection(bus: Bus, namespace: str, name: str) -> RunProjection 
 
 
 async def observe_saga(bus: Bus, event: Envelope) -> SagaState:
-    projection = await read_projection(bus, event.namespace, event.name)
-    return classify(event, projection, await bus.saga_ended(event.sagaid))
+    # both reads at once: one round trip of latency on every saga step
+    projection, ended = await asyncio.gather(
+        read_projection(bus, event.namespace, event.name), bus.saga_ended(event.sagaid)
+    )
+    return classify(event, projection, ended)

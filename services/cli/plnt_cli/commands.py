@@ -2,20 +2,19 @@
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from nats.js.errors import NoKeysError
 
 from plnt_cli import render
 from plnt_cli.documents import parse_documents, read_documents
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_events
+from plnt_common.bus.replay import ReplayStats
+from plnt_common.bus.replay import replay as replay_bus
 from plnt_common.errors import PlntError, ResourceNotFound, SpecInvalid
-from plnt_common.projection import OPENING_EVENTS, RunProjection, apply_event, empty_projection
 from plnt_common.resource_store import PLURALS, ResourceStore
 from plnt_common.status import TERMINAL_PHASES
 
@@ -223,47 +222,9 @@ def _detail(data: dict[str, Any]) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class ReplayStats:
-    events: int
-    runs: int
-    seconds: float
-
-
 async def replay(session: Session) -> ReplayStats:
     """Rebuild ``plnt-runs`` from the stream alone, the same fold the watcher applies."""
-    started = time.perf_counter()
-    projections: dict[str, RunProjection] = {}
-    count = 0
-    async for stored in read_events(session.bus.js):
-        count += 1
-        event = stored.event
-        if event is None:
-            continue
-        key = f"{event.namespace}.{event.name}"
-        current = projections.get(key)
-        if current is None:
-            if event.event_type not in OPENING_EVENTS:
-                continue
-            current = empty_projection(event.namespace, event.name)
-        updated = apply_event(current, event)
-        if updated.removed:
-            projections.pop(key, None)
-        else:
-            projections[key] = updated
-    for key in await _keys(session):
-        if key not in projections:
-            await session.bus.runs.purge(key)
-    for key, projection in projections.items():
-        await session.bus.runs.put(key, projection.model_dump_json().encode())
-    return ReplayStats(events=count, runs=len(projections), seconds=time.perf_counter() - started)
-
-
-async def _keys(session: Session) -> list[str]:
-    try:
-        return list(await session.bus.runs.keys())
-    except NoKeysError:
-        return []
+    return await replay_bus(session.bus)
 
 
 async def invoke(

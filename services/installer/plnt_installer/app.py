@@ -1,13 +1,19 @@
 """Installer wiring: bus, release backends, one durable consumer."""
 
 import asyncio
+from collections.abc import Callable
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
 from plnt_common.events import EventType
+from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
+from plnt_installer.adapters.backend_targets import StoredTargets
+from plnt_installer.adapters.helm_releases import HelmReleaseBackend
+from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
+from plnt_installer.adapters.spec_source import ObjectStoreSpecSource
 from plnt_installer.handlers import SERVICE, InstallerHandlers
 from plnt_installer.ports import ReleaseBackend
 from plnt_installer.settings import InstallerSettings
@@ -22,9 +28,36 @@ CONSUMES = (
 )
 
 
-async def run(settings: InstallerSettings, stop: asyncio.Event) -> None:
+BackendsFactory = Callable[[Bus, InstallerSettings], dict[str, ReleaseBackend]]
+
+
+def default_backends(bus: Bus, settings: InstallerSettings) -> dict[str, ReleaseBackend]:
+    """Release backends by PlntBackend ``spec.type``.
+
+    The kubernetes one touches no cluster and runs no ``helm`` until a kubernetes
+    PlntBackend is used, so the embedded mode needs neither.
+    """
+    return {
+        "local": LocalReleaseBackend(bus),
+        "kubernetes": HelmReleaseBackend(
+            targets=StoredTargets(store=ResourceStore(bus.resources)),
+            specs=ObjectStoreSpecSource(store=bus.specs),
+            connector=KubeConnector(),
+            chart=settings.runner_chart,
+            helm_timeout_s=settings.ready_timeout_s,
+        ),
+    }
+
+
+async def run(
+    settings: InstallerSettings,
+    stop: asyncio.Event,
+    *,
+    backends_factory: BackendsFactory = default_backends,
+) -> None:
+    """Consume until ``stop``; ``backends_factory`` lets a benchmark bring its own backend."""
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
-    backends: dict[str, ReleaseBackend] = {"local": LocalReleaseBackend(bus)}
+    backends = backends_factory(bus, settings)
     handlers = InstallerHandlers(
         bus=bus,
         backends=backends,

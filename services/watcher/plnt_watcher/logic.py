@@ -63,6 +63,21 @@ def decide(facts: ResourceFacts, projection: RunProjection | None) -> list[Actio
     return actions
 
 
+def settled(body: dict[str, Any]) -> bool:
+    """The status already reflects this generation, the finalizer is on, no delete pending.
+
+    Such a change (typically the watcher's own status write) calls for no action, so the
+    projection need not be read.
+    """
+    meta = body["metadata"]
+    status = body.get("status") or {}
+    return (
+        not meta.get("deletionTimestamp")
+        and FINALIZER in (meta.get("finalizers") or ())
+        and status.get("observedGeneration", 0) >= int(meta.get("generation", 1))
+    )
+
+
 def overdue_phase(
     projection: RunProjection, *, now: datetime, deadlines: dict[str, float]
 ) -> tuple[str, float] | None:

@@ -44,6 +44,8 @@ class ResourceLoop:
                 await asyncio.sleep(0.5)
 
     async def _on_change(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
+        if body is not None and logic.settled(body):
+            return  # most changes are our own status writes: nothing to decide
         projection = await self._projections.get(namespace=namespace, name=name)
         if body is None:
             await self._on_gone(namespace, name, projection)

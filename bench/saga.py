@@ -1,0 +1,164 @@
+"""The saga's own cost: control-plane overhead per deploy, deploy throughput, replay rate.
+
+Runs the real watcher, puller, smoke and promoter processes and the real installer with
+the instant benchmark backend (``bench.instant_backend``), so what is measured is the
+bus, the handlers and the projection, not process start-up or smoke traffic.
+"""
+
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.nats_server import NatsServer, free_port, wait_for_port
+from plnt_common.resource_store import ResourceStore
+from plnt_common.resources import parse_resource
+from plnt_cli.commands import Session, replay
+from plnt_cli.supervisor import ManagedProcess
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SERVICES = ("watcher", "puller", "smoke", "promoter")
+
+
+@dataclass
+class SagaStack:
+    """nats-server, the saga services, the instant installer and the instant runner."""
+
+    data_dir: Path
+    replicas: int = 1
+
+    def start(self) -> None:
+        self.nats = NatsServer(store_dir=self.data_dir / "nats", port=free_port()).start()
+        runner_port = free_port()
+        env = dict(
+            os.environ,
+            PLNT_NATS_URL=self.nats.url,
+            PLNT_LOG_LEVEL="warning",
+            PLNT_BENCH_INSTANT_RUNNER_URL=f"http://127.0.0.1:{runner_port}",
+            PLNT_WATCHER_DEADLINE_CHECK_INTERVAL_S="5",
+        )
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        argvs = [("instant-runner", [sys.executable, "-m", "bench.instant_runner", str(runner_port)])]
+        argvs.append(("installer", [sys.executable, "-m", "bench.instant_backend"]))
+        for service in SERVICES:
+            for replica in range(self.replicas):
+                argv = [sys.executable, "-m", "plnt_cli", "serve", service]
+                argvs.append((f"{service}-{replica}", argv))
+        self.processes = [
+            ManagedProcess(name=name, argv=argv, env=env, log_path=logs / f"{name}.log")
+            for name, argv in argvs
+        ]
+        for process in self.processes:
+            process.start()
+        wait_for_port(runner_port)
+
+    async def wait_ready(self) -> None:
+        bus = await Bus.open(self.nats.url, service="bench")
+        try:
+            for service in (*SERVICES, "installer"):
+                while True:
+                    try:
+                        await bus.js.consumer_info(subjects.STREAM, subjects.durable_name(service))
+                        break
+                    except Exception:  # not created yet
+                        await asyncio.sleep(0.05)
+        finally:
+            await bus.close()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.process is not None:
+                process.process.terminate()
+        for process in self.processes:
+            if process.process is not None:
+                process.process.wait(timeout=10)
+        self.nats.stop()
+
+
+def run_documents(registry: Path, names: list[str]) -> list[dict[str, Any]]:
+    spec = yaml.safe_load((EXAMPLES / "registry" / "review-responder" / "1.2.0" / "workflow.yaml").read_text())
+    documents = []
+    for name in names:
+        spec["metadata"]["name"] = name
+        target = registry / name / "1.2.0" / "workflow.yaml"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(spec))
+        documents.append(
+            {
+                "apiVersion": "plnt.work/v1",
+                "kind": "WorkflowRun",
+                "metadata": {"name": name},
+                "spec": {
+                    "workflow": {"ref": f"{name}@1.2.0", "registry": registry.as_uri()},
+                    "backend": {"cluster": "gpu-cluster-01", "gpuClass": "nvidia.com/h100"},
+                    "smokeTest": {"invocations": 1, "p95BudgetMs": 2500},
+                },
+            }
+        )
+    return documents
+
+
+async def deploy(url: str, documents: list[dict[str, Any]]) -> tuple[list[float], float, list[float]]:
+    """Apply all at once; (apply→Ready per run, wall time, smoke p50 per run)."""
+    bus = await Bus.open(url, service="bench-apply")
+    store = ResourceStore(bus.resources)
+    await store.apply(parse_resource(yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text())))
+    pending = {d["metadata"]["name"] for d in documents}
+    applied_at: dict[str, float] = {}
+    latencies: list[float] = []
+    smoke_ms: list[float] = []
+
+    async def follow() -> None:
+        async for _, stored in store.watch():
+            if stored is None or stored.kind != "WorkflowRun":
+                continue
+            name = stored.body["metadata"]["name"]
+            status = stored.body.get("status") or {}
+            if name in pending and status.get("phase") == "Ready":
+                pending.discard(name)
+                latencies.append(time.perf_counter() - applied_at[name])
+                smoke_ms.append(float(status.get("smoke", {}).get("p50Ms", 0.0)))
+                if not pending:
+                    return
+            elif name in pending and status.get("phase") in ("Failed", "RolledBack"):
+                raise RuntimeError(f"{name} ended {status['phase']}: {status.get('message')}")
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.2)
+    started = time.perf_counter()
+
+    async def apply_one(document: dict[str, Any]) -> None:
+        applied_at[document["metadata"]["name"]] = time.perf_counter()
+        await store.apply(parse_resource(document))
+
+    await asyncio.gather(*(apply_one(d) for d in documents))
+    await asyncio.wait_for(follower, timeout=600)
+    wall = time.perf_counter() - started
+    await bus.close()
+    return latencies, wall, smoke_ms
+
+
+async def sequential(url: str, documents: list[dict[str, Any]]) -> list[float]:
+    """One deploy at a time: apply→Ready minus the smoke invocation, per run."""
+    overheads = []
+    for document in documents:
+        latencies, _, smoke_ms = await deploy(url, [document])
+        overheads.append(latencies[0] - smoke_ms[0] / 1000)
+    return overheads
+
+
+async def replay_rate(url: str) -> tuple[int, float]:
+    session = await Session.open(url)
+    try:
+        stats = await replay(session)
+    finally:
+        await session.close()
+    return stats.events, stats.events / stats.seconds

@@ -1,0 +1,213 @@
+"""``KubeEmulator``: the API server on its own thread and event loop, plus test hooks.
+
+Its own loop means a test may call the blocking ``kubernetes`` client from anywhere
+(a sync test, a thread, a child process) without deadlocking the server. Hooks are
+thread-safe: they run on the server's loop and return its answer.
+"""
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import yaml
+from aiohttp import web
+
+from plnt_common.testing.kube_emulator.server import ApiHandler, Hook, Served
+from plnt_common.testing.kube_emulator.store import ObjectStore, Validator
+from plnt_common.testing.kube_emulator.types import DEFAULT_TYPES, ResourceType
+
+T = TypeVar("T")
+CONTEXT = "plnt-emulator"
+
+
+class KubeEmulator:
+    """A Kubernetes API server for tests, reached over plain HTTP on 127.0.0.1."""
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        types: tuple[ResourceType, ...] = DEFAULT_TYPES,
+        history_window: int = 1000,
+        bookmark_interval_s: float = 1.0,
+        default_watch_timeout_s: float = 1800.0,
+        validators: dict[ResourceType, Validator] | None = None,
+    ) -> None:
+        self.store = ObjectStore(types=types, history_window=history_window, validators=validators)
+        self._handler = ApiHandler(
+            store=self.store,
+            bookmark_interval_s=bookmark_interval_s,
+            default_watch_timeout_s=default_watch_timeout_s,
+        )
+        self._port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self) -> "KubeEmulator":
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._serve, args=(loop, started), name="kube-emulator", daemon=True
+        )
+        self._thread.start()
+        if not started.wait(10):
+            raise RuntimeError("the Kubernetes API emulator did not start")
+        self._call(self._listen)
+        return self
+
+    def _serve(self, loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        loop.call_soon(started.set)
+        loop.run_forever()
+        loop.close()
+
+    async def _listen(self) -> None:
+        self._runner = web.AppRunner(self._handler.app(), shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
+        await site.start()
+        if not self._port:
+            server = site._server
+            assert isinstance(server, asyncio.base_events.Server)
+            self._port = int(server.sockets[0].getsockname()[1])
+
+    async def _close(self) -> None:
+        self.store.close_watches()  # streaming handlers end, so cleanup does not wait on them
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def restart(self) -> None:
+        """Stop listening and listen again on the same port, keeping every object.
+
+        Open connections are cut, as when the API server restarts.
+        """
+        self._call(self._close)
+        self._call(self._listen)
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        self._call(self._close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop = None
+        self._thread = None
+
+    def __enter__(self) -> "KubeEmulator":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _call(self, action: Callable[[], Any]) -> Any:
+        """Run ``action`` (a function or coroutine function) on the server's loop."""
+        if self._loop is None:
+            raise RuntimeError("the emulator is not running")
+
+        async def run() -> Any:
+            result = action()
+            return await result if asyncio.iscoroutine(result) else result
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
+
+    # --- client configuration ----------------------------------------------------------
+
+    def write_kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
+        """A kubeconfig whose current context points at this emulator."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": CONTEXT, "cluster": {"server": self.url}}],
+            "users": [{"name": CONTEXT, "user": {"token": "plnt-emulator"}}],
+            "contexts": [
+                {
+                    "name": CONTEXT,
+                    "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace},
+                }
+            ],
+            "current-context": CONTEXT,
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    # --- test hooks --------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return int(self._call(lambda: self.store.resource_version))
+
+    def compact(self) -> int:
+        """Forget the watch history; returns the version a watch must now start from."""
+        return int(self._call(self.store.compact))
+
+    def stall_watches(self) -> int:
+        """Open watches stop receiving events (a stuck connection); returns how many."""
+        return int(self._call(self.store.stall_watches))
+
+    def expire_watches(self) -> int:
+        """End every open watch with an ERROR 410 event; returns how many ended."""
+        return int(self._call(self.store.expire_watches))
+
+    def force_gone(self) -> int:
+        """Compact the history and expire every watch: clients must re-list."""
+
+        def both() -> int:
+            self.store.compact()
+            return self.store.expire_watches()
+
+        return int(self._call(both))
+
+    def close_watches(self) -> int:
+        """End every open watch cleanly (as at its timeout); returns how many ended."""
+        return int(self._call(self.store.close_watches))
+
+    def open_watches(self, plural: str | None = None) -> list[str]:
+        """The User-Agent of every open watch, of one resource plural or all."""
+        return list(
+            self._call(
+                lambda: [
+                    s.user_agent
+                    for s in self.store.subscriptions()
+                    if plural is None or s.rtype.plural == plural
+                ]
+            )
+        )
+
+    def before(
+        self, method: str, path_suffix: str, action: Callable[[], object], *, times: int = 1
+    ) -> None:
+        """Run ``action`` on the server's loop before the next ``times`` requests whose
+        method is ``method`` and whose path ends with ``path_suffix`` are handled."""
+        hook = Hook(method=method, path_suffix=path_suffix, action=action, times=times)
+        self._call(lambda: self._handler.hooks.append(hook))
+
+    def served(self) -> list[Served]:
+        """Every request answered so far (watches once they end), oldest first."""
+        return list(self._call(lambda: list(self._handler.log)))
+
+    def objects(self, rtype: ResourceType, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every stored object of ``rtype`` (in ``namespace`` when given), as listed."""
+        items, _ = self._call(lambda: self.store.list_objects(rtype, namespace, lambda _: True))
+        return list(items)

@@ -1,0 +1,121 @@
+"""The resource types an emulator serves, and the API error shape it answers with.
+
+A ``ResourceType`` says where a type lives in the URL space and which server rules apply
+to it (custom resource or built-in, namespaced, status subresource). ``ApiError`` carries
+what becomes a ``metav1.Status`` body. Nothing here does I/O or keeps state.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceType:
+    """One served type: ``group`` is empty for the core API (``/api/v1``)."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    status_subresource: bool = False
+    custom: bool = False
+    """Custom resources track ``generation``, require ``resourceVersion`` on update and
+    reject strategic merge patch, as CRD-backed types do on a real server."""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """The name the API server uses in messages, e.g. ``workflowruns.plnt.work``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+WORKFLOW_RUNS = ResourceType(
+    group="plnt.work",
+    version="v1",
+    plural="workflowruns",
+    kind="WorkflowRun",
+    namespaced=True,
+    status_subresource=True,
+    custom=True,
+)
+PLNT_BACKENDS = ResourceType(
+    group="plnt.work",
+    version="v1",
+    plural="plntbackends",
+    kind="PlntBackend",
+    namespaced=False,
+    status_subresource=True,
+    custom=True,
+)
+EVENTS = ResourceType(group="", version="v1", plural="events", kind="Event", namespaced=True)
+LEASES = ResourceType(
+    group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True
+)
+DEFAULT_TYPES = (WORKFLOW_RUNS, PLNT_BACKENDS, EVENTS, LEASES)
+
+
+class ApiError(Exception):
+    """A request the server refuses; ``status()`` is the body it sends back."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, *, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+    @classmethod
+    def not_found(cls, rtype: ResourceType, name: str) -> "ApiError":
+        return cls(
+            404,
+            "NotFound",
+            f'{rtype.qualified} "{name}" not found',
+            details={"name": name, "group": rtype.group, "kind": rtype.plural},
+        )
+
+    @classmethod
+    def conflict(cls, rtype: ResourceType, name: str, why: str) -> "ApiError":
+        return cls(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {rtype.qualified} "{name}": {why}',
+            details={"name": name, "group": rtype.group, "kind": rtype.plural},
+        )
+
+    @classmethod
+    def invalid(cls, rtype: ResourceType, name: str, why: str) -> "ApiError":
+        return cls(
+            422,
+            "Invalid",
+            f'{rtype.kind}.{rtype.group or "core"} "{name}" is invalid: {why}',
+            details={"name": name, "group": rtype.group, "kind": rtype.kind},
+        )
+
+    @classmethod
+    def gone(cls, requested: int, oldest: int) -> "ApiError":
+        return cls(410, "Expired", f"too old resource version: {requested} ({oldest})")
+
+
+STALE_OBJECT = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
