@@ -21,10 +21,11 @@ from plnt_common.events import (
     InstallFailed as InstallFailedEvent,
 )
 from plnt_common.logs import get_logger
-from plnt_common.releases import ReleaseRole, release_name
+from plnt_common.releases import DesiredRelease, ReleaseRole, release_name
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
 from plnt_installer import logic
+from plnt_installer.kube_ports import BindableBackend
 from plnt_installer.ports import ReleaseBackend
 
 log = get_logger(__name__)
@@ -45,10 +46,6 @@ class InstallerHandlers:
         self._backends = backends
         self._ready_timeout_s = ready_timeout_s
         self._uninstall_timeout_s = uninstall_timeout_s
-
-    @property
-    def _local(self) -> ReleaseBackend:
-        return self._backends["local"]
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         match event.event_type:
@@ -95,6 +92,7 @@ class InstallerHandlers:
             )
 
     def _backend_for(self, data: SpecPulled) -> ReleaseBackend:
+        """The backend of the PlntBackend's type, bound to that PlntBackend if it serves many."""
         backend = self._backends.get(data.backend.type)
         if backend is None:
             raise BackendUnavailable(
@@ -102,7 +100,23 @@ class InstallerHandlers:
                 "which this installer does not drive "
                 f"(available: {', '.join(sorted(self._backends))})"
             )
+        if isinstance(backend, BindableBackend):
+            return backend.bind(data)
         return backend
+
+    async def _held(
+        self, namespace: str, run_name: str
+    ) -> list[tuple[ReleaseBackend, DesiredRelease]]:
+        """Every release of the run, with the backend holding it.
+
+        Events after spec.pulled do not say which backend a run's releases are on (and a
+        run may have moved between PlntBackends across generations), so each is asked.
+        """
+        held: list[tuple[ReleaseBackend, DesiredRelease]] = []
+        for backend in self._backends.values():
+            releases = await backend.releases(namespace=namespace, run_name=run_name)
+            held.extend((backend, release) for release in releases)
+        return held
 
     async def _install(self, event: Envelope) -> None:
         data: SpecPulled = event.payload()
@@ -132,9 +146,11 @@ class InstallerHandlers:
             )
             return
         desired = logic.desired_canary(data, saga_id=event.sagaid)
-        await backend.install(desired)
-        log.info("canary.installing", release=desired.release, revision=desired.revision)
         try:
+            # an install the backend refuses outright (e.g. Helm cannot render the chart)
+            # fails the step now rather than after every redelivery
+            await backend.install(desired)
+            log.info("canary.installing", release=desired.release, revision=desired.revision)
             observed = await backend.wait_ready(
                 namespace=desired.namespace,
                 release=desired.release,
@@ -190,12 +206,17 @@ class InstallerHandlers:
         """Remove this saga's canary, then end the saga: rolled back, or failed with no stable."""
         if await observe_saga(self._bus, event) is SagaState.ENDED:
             return
-        releases = await self._local.releases(namespace=event.namespace, run_name=event.name)
-        mine = next((r for r in releases if r.saga_id == event.sagaid), None)
+        held = await self._held(event.namespace, event.name)
+        releases = [release for _, release in held]
+        holder, mine = next(((b, r) for b, r in held if r.saga_id == event.sagaid), (None, None))
         release = mine.release if mine else release_name(event.name, event.generation)
-        removed = await self._local.uninstall(
-            namespace=event.namespace, release=release, timeout_s=self._uninstall_timeout_s
-        )
+        # Not listed anywhere: removal is idempotent, so every backend makes sure.
+        holders = [holder] if holder else list(self._backends.values())
+        removed = False
+        for backend in holders:
+            removed |= await backend.uninstall(
+                namespace=event.namespace, release=release, timeout_s=self._uninstall_timeout_s
+            )
         log.info("canary.removed", release=release, was_present=removed)
         stable = logic.stable_revision(releases, excluding_saga=event.sagaid)
         revision = mine.revision if mine else ""
@@ -218,26 +239,30 @@ class InstallerHandlers:
         log.info("saga.ended", outcome=kind.value, reason=data.reason.value)
 
     async def _retire_old(self, event: Envelope) -> None:
-        releases = await self._local.releases(namespace=event.namespace, run_name=event.name)
-        for release in releases:
+        held = await self._held(event.namespace, event.name)
+        for backend, release in held:
             if release.saga_id == event.sagaid and release.role is not ReleaseRole.STABLE:
-                await self._local.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
-        for old in logic.retire_after_promotion(releases, promoted_saga=event.sagaid):
-            await self._local.uninstall(
+                await backend.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
+        releases = [release for _, release in held]
+        retired = logic.retire_after_promotion(releases, promoted_saga=event.sagaid)
+        for backend, old in held:
+            if old not in retired:
+                continue
+            await backend.uninstall(
                 namespace=old.namespace, release=old.release, timeout_s=self._uninstall_timeout_s
             )
             log.info("release.retired", release=old.release, revision=old.revision)
 
     async def _remove_all(self, event: Envelope) -> None:
-        releases = await self._local.releases(namespace=event.namespace, run_name=event.name)
-        for release in releases:
-            await self._local.uninstall(
+        held = await self._held(event.namespace, event.name)
+        for backend, release in held:
+            await backend.uninstall(
                 namespace=release.namespace,
                 release=release.release,
                 timeout_s=self._uninstall_timeout_s,
             )
-        removed = RunRemoved(releases_removed=tuple(r.release for r in releases))
+        removed = RunRemoved(releases_removed=tuple(r.release for _, r in held))
         await self._bus.publish_terminal(
             follow_up(event, EventType.RUN_REMOVED, removed, source=SERVICE)
         )
-        log.info("run.removed", releases=len(releases))
+        log.info("run.removed", releases=len(held))

@@ -1,0 +1,234 @@
+"""Installer handlers with several backends: each act lands on the backend holding the
+release, and an install goes through the view bound to the run's PlntBackend.
+
+A real nats-server carries the events; the backends are in-memory ``ReleaseBackend``s
+that record what they were told (the adapters have their own tests).
+"""
+
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+from installer_helm_support import RUN, RUN_NS, desired, promoted, spec_pulled
+
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import Delivery
+from plnt_common.bus.history import read_events
+from plnt_common.errors import InstallFailed
+from plnt_common.events import (
+    Envelope,
+    EventType,
+    RunDeleted,
+    RunReady,
+    SpecPulled,
+    new_event,
+)
+from plnt_common.events import InstallFailed as InstallFailedEvent
+from plnt_common.releases import DesiredRelease, ObservedRelease, ReleasePhase, ReleaseRole
+from plnt_common.status import Reason
+from plnt_installer.handlers import InstallerHandlers
+from plnt_installer.ports import ReleaseBackend
+
+
+class MemoryBackend:
+    """A ``ReleaseBackend`` in a dict."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.held: dict[str, DesiredRelease] = {}
+        self.calls: list[str] = []
+        self.refuse: str = ""
+
+    async def install(self, release: DesiredRelease) -> None:
+        self.calls.append(f"install {release.release} {release.role.value}")
+        if self.refuse:
+            raise InstallFailed(self.refuse)
+        self.held[release.release] = release
+
+    async def wait_ready(
+        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
+    ) -> ObservedRelease:
+        held = self.held[release]
+        return ObservedRelease(
+            namespace=namespace,
+            release=release,
+            revision=held.revision,
+            saga_id=saga_id,
+            phase=ReleasePhase.READY,
+            url=f"http://{self.name}/{release}",
+        )
+
+    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
+        self.calls.append(f"uninstall {release}")
+        return self.held.pop(release, None) is not None
+
+    async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
+        return sorted(
+            (r for r in self.held.values() if (r.namespace, r.run_name) == (namespace, run_name)),
+            key=lambda r: r.release,
+        )
+
+    async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
+        return None
+
+
+class BindableMemoryBackend(MemoryBackend):
+    """Serves several PlntBackends, like the Helm backend."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.bound: list[str] = []
+
+    def bind(self, pulled: SpecPulled) -> ReleaseBackend:
+        self.bound.append(pulled.backend_name)
+        return self
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    opened = await Bus.open(nats_url, service="test")
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def local() -> MemoryBackend:
+    return MemoryBackend("local")
+
+
+@pytest.fixture
+def kube() -> BindableMemoryBackend:
+    return BindableMemoryBackend("kube")
+
+
+@pytest.fixture
+def handlers(bus: Bus, local: MemoryBackend, kube: BindableMemoryBackend) -> InstallerHandlers:
+    return InstallerHandlers(
+        bus=bus,
+        backends={"local": local, "kubernetes": kube},
+        ready_timeout_s=5,
+        uninstall_timeout_s=5,
+    )
+
+
+def _event(event_type: EventType, data: Any, *, generation: int) -> Envelope:
+    return new_event(
+        event_type,
+        data,
+        namespace=RUN_NS,
+        name=RUN,
+        sagaid=f"{RUN_NS}.{RUN}.{generation}.1",
+        generation=generation,
+        source="test",
+    )
+
+
+async def _handle(handlers: InstallerHandlers, event: Envelope) -> None:
+    await handlers.handle(event, cast(Delivery, None))  # the handlers never touch delivery
+
+
+async def _published(bus: Bus) -> list[tuple[EventType, dict[str, Any]]]:
+    return [
+        (stored.event.event_type, stored.event.data)
+        async for stored in read_events(bus.js)
+        if stored.event is not None
+    ]
+
+
+def _release(generation: int, *, role: ReleaseRole = ReleaseRole.CANARY) -> DesiredRelease:
+    return desired(spec_pulled(generation=generation)).model_copy(update={"role": role})
+
+
+async def test_a_spec_for_a_kubernetes_backend_installs_through_the_view_bound_to_it(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+) -> None:
+    pulled = spec_pulled()
+
+    await _handle(handlers, _event(EventType.SPEC_PULLED, pulled, generation=1))
+
+    assert kube.bound == [pulled.backend_name]
+    assert kube.held == {"review-responder-g1": desired(pulled)}
+    assert local.calls == []
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.CANARY_INSTALLED
+    assert data["canary"]["url"] == "http://kube/review-responder-g1"
+
+
+async def test_an_install_the_backend_refuses_publishes_install_failed_at_once(
+    bus: Bus, handlers: InstallerHandlers, kube: BindableMemoryBackend
+) -> None:
+    kube.refuse = "helm upgrade --install plnt-runners/review-responder-g1: execution error"
+
+    await _handle(handlers, _event(EventType.SPEC_PULLED, spec_pulled(), generation=1))
+
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.INSTALL_FAILED
+    assert data["message"] == kube.refuse
+    assert data["release"] == "review-responder-g1"
+
+
+async def test_compensation_removes_the_canary_from_the_backend_holding_it(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+) -> None:
+    stable, canary = _release(1, role=ReleaseRole.STABLE), _release(2)
+    kube.held = {stable.release: stable, canary.release: canary}
+    failed = InstallFailedEvent(
+        reason=Reason.INSTALL_FAILED,
+        message="not ready",
+        revision=canary.revision,
+        release=canary.release,
+    )
+
+    await _handle(handlers, _event(EventType.INSTALL_FAILED, failed, generation=2))
+
+    assert kube.held == {stable.release: stable}
+    assert local.calls == []
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.RUN_ROLLED_BACK
+    assert (data["revision"], data["stable_revision"]) == (canary.revision, stable.revision)
+
+
+async def test_compensation_of_a_canary_listed_nowhere_asks_every_backend_to_remove_it(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+) -> None:
+    failed = InstallFailedEvent(
+        reason=Reason.INSTALL_FAILED, message="x", revision="1.2.0-g1", release="r"
+    )
+
+    await _handle(handlers, _event(EventType.INSTALL_FAILED, failed, generation=1))
+
+    assert local.calls == kube.calls == ["uninstall review-responder-g1"]
+    [(kind, _)] = await _published(bus)
+    assert kind is EventType.RUN_FAILED
+
+
+async def test_promotion_promotes_and_retires_each_release_where_it_is(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+) -> None:
+    # the run moved from the local backend (generation 1) to a kubernetes one (generation 2)
+    old, canary = _release(1, role=ReleaseRole.STABLE), _release(2)
+    local.held = {old.release: old}
+    kube.held = {canary.release: canary}
+    ready = RunReady(revision=canary.revision, endpoint="http://router/workflows/x/invoke")
+
+    await _handle(handlers, _event(EventType.RUN_READY, ready, generation=2))
+
+    assert kube.calls == ["install review-responder-g2 stable"]
+    assert kube.held == {canary.release: promoted(canary)}
+    assert local.calls == ["uninstall review-responder-g1"]
+    assert local.held == {}
+
+
+async def test_deletion_removes_every_release_on_every_backend(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+) -> None:
+    old, current = _release(1, role=ReleaseRole.STABLE), _release(2)
+    local.held = {old.release: old}
+    kube.held = {current.release: current}
+
+    await _handle(handlers, _event(EventType.RUN_DELETED, RunDeleted(), generation=3))
+
+    assert local.held == kube.held == {}
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.RUN_REMOVED
+    assert sorted(data["releases_removed"]) == [old.release, current.release]
