@@ -15,13 +15,13 @@ from typing import Any
 
 import yaml
 
+from plnt_cli.commands import Session, replay
+from plnt_cli.supervisor import ManagedProcess
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.nats_server import NatsServer, free_port, wait_for_port
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
-from plnt_cli.commands import Session, replay
-from plnt_cli.supervisor import ManagedProcess
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SERVICES = ("watcher", "puller", "smoke", "promoter")
@@ -46,7 +46,9 @@ class SagaStack:
         )
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        argvs = [("instant-runner", [sys.executable, "-m", "bench.instant_runner", str(runner_port)])]
+        argvs = [
+            ("instant-runner", [sys.executable, "-m", "bench.instant_runner", str(runner_port)])
+        ]
         argvs.append(("installer", [sys.executable, "-m", "bench.instant_backend"]))
         for service in SERVICES:
             for replica in range(self.replicas):
@@ -84,7 +86,9 @@ class SagaStack:
 
 
 def run_documents(registry: Path, names: list[str]) -> list[dict[str, Any]]:
-    spec = yaml.safe_load((EXAMPLES / "registry" / "review-responder" / "1.2.0" / "workflow.yaml").read_text())
+    spec = yaml.safe_load(
+        (EXAMPLES / "registry" / "review-responder" / "1.2.0" / "workflow.yaml").read_text()
+    )
     documents = []
     for name in names:
         spec["metadata"]["name"] = name
@@ -106,7 +110,9 @@ def run_documents(registry: Path, names: list[str]) -> list[dict[str, Any]]:
     return documents
 
 
-async def deploy(url: str, documents: list[dict[str, Any]]) -> tuple[list[float], float, list[float]]:
+async def deploy(
+    url: str, documents: list[dict[str, Any]]
+) -> tuple[list[float], float, list[float]]:
     """Apply all at once; (apply→Ready per run, wall time, smoke p50 per run)."""
     bus = await Bus.open(url, service="bench-apply")
     store = ResourceStore(bus.resources)

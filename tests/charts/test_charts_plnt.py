@@ -45,6 +45,7 @@ CHART_DEFAULTS: dict[tuple[str, str], Any] = {
     ("watcher", "source"): "kubernetes",  # the CRDs, not the embedded store
     ("watcher", "leaseNamespace"): "",  # rendered as the release namespace
     ("router", "host"): "0.0.0.0",  # reachable through the Service
+    ("installer", "runnerChart"): "/opt/plnt/charts/plnt-runner",  # where the image puts it
     **{(s, "metricsPort"): 9090 for s in ("watcher", "puller", "installer", "smoke", "promoter")},
 }
 # Read by every service without a service prefix; set from top-level values.

@@ -147,11 +147,6 @@ def test_a_role_only_change_alters_the_role_value_and_nothing_else() -> None:
     assert canary["role"] == "canary"  # the recorded values are not mutated
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="charts/plnt-runner puts the plnt.work/role label on the pod template, so "
-    "promoting a canary rolls its pods; the label belongs on the Deployment/Service only",
-)
 def test_promoting_a_canary_leaves_its_pod_template_as_it_is() -> None:
     canary = _one(_render(_values(), is_install=False), "Deployment")["spec"]["template"]
     stable = _one(_render(_values(ReleaseRole.STABLE), is_install=False), "Deployment")

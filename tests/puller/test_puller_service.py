@@ -27,9 +27,9 @@ from puller_support import (
 
 from plnt_common import subjects
 from plnt_common.events import Envelope, EventType, RunFailed, SpecPulled, saga_id
+from plnt_common.nats_server import free_port
 from plnt_common.projection import RunProjection
 from plnt_common.status import Reason
-from plnt_common.nats_server import free_port
 from plnt_common.workflow import MAX_SPEC_BYTES, spec_digest
 
 

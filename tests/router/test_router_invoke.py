@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_common.nats_server import free_port
+from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_router.app import create_app
 from plnt_router.settings import RouterSettings
 from plnt_router.table import RouteTable

@@ -12,9 +12,9 @@ import pytest
 from nats.aio.client import Client
 
 from plnt_common.bus.provision import ensure_jetstream
+from plnt_common.nats_server import free_port
 from plnt_common.routes import RouteEntry
 from plnt_common.subjects import ROUTES_BUCKET
-from plnt_common.nats_server import free_port
 
 Factory = Callable[..., Awaitable[Any]]
 Wait = Callable[..., Awaitable[None]]

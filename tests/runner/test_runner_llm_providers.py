@@ -9,8 +9,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from plnt_common.testing.fake_llm import FakeLLM
 from plnt_common.nats_server import free_port
+from plnt_common.testing.fake_llm import FakeLLM
 from plnt_runner.adapters.openai_chat import OpenAIChatProvider
 from plnt_runner.errors import LLMUnavailable
 from plnt_runner.offline import OfflineProvider

@@ -36,7 +36,8 @@ app.kubernetes.io/name: {{ include "plnt-runner.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{- define "plnt-runner.labels" -}}
+{{/* Labels of the pod template: no role, so promoting a canary does not restart its pods. */}}
+{{- define "plnt-runner.podLabels" -}}
 helm.sh/chart: {{ include "plnt-runner.chart" . }}
 {{ include "plnt-runner.selectorLabels" . }}
 app.kubernetes.io/version: {{ include "plnt-runner.labelValue" (include "plnt-runner.revision" .) | quote }}
@@ -48,6 +49,10 @@ plnt.work/revision: {{ include "plnt-runner.labelValue" (include "plnt-runner.re
 {{- with .Values.specDigest }}
 plnt.work/spec-digest: {{ trimPrefix "sha256:" . | include "plnt-runner.labelValue" | quote }}
 {{- end }}
+{{- end }}
+
+{{- define "plnt-runner.labels" -}}
+{{ include "plnt-runner.podLabels" . }}
 {{- with .Values.role }}
 plnt.work/role: {{ include "plnt-runner.labelValue" . | quote }}
 {{- end }}

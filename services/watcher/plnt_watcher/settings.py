@@ -1,8 +1,10 @@
 """Watcher settings, ``PLNT_WATCHER_*``."""
 
+import os
+import socket
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from plnt_common.settings import CommonSettings
@@ -14,6 +16,9 @@ class WatcherSettings(CommonSettings):
     source: Literal["embedded", "kubernetes"] = Field(
         default="embedded",
         description="Where WorkflowRuns come from: plnt-resources, or the Kubernetes API.",
+    )
+    concurrency: int = Field(
+        default=32, ge=1, description="Runs whose events are folded at once per replica."
     )
     deadline_pulling_s: float = Field(
         default=180.0, gt=0, description="Longest a spec pull may take."
@@ -30,6 +35,68 @@ class WatcherSettings(CommonSettings):
     deadline_check_interval_s: float = Field(
         default=1.0, gt=0, description="How often deadlines are checked."
     )
+
+    # --- kubernetes source (PLNT_WATCHER_SOURCE=kubernetes) -------------------------------
+    kubeconfig: str = Field(
+        default="",
+        description="Path of a kubeconfig file; empty = standard resolution: the KUBECONFIG "
+        "variable or ~/.kube/config, else the in-cluster service account.",
+    )
+    kube_context: str = Field(
+        default="", description="kubeconfig context to use; empty = its current-context."
+    )
+    kube_namespace: str = Field(
+        default="", description="Watch WorkflowRuns in this namespace only; empty = all."
+    )
+    kube_watch_timeout_s: int = Field(
+        default=300,
+        gt=0,
+        description="Server-side timeout of one watch request; the watch then resumes from "
+        "its last resourceVersion.",
+    )
+    kube_request_timeout_s: float = Field(
+        default=30.0, gt=0, description="Timeout of one non-watch API request."
+    )
+    kube_events: bool = Field(
+        default=True, description="Record a Kubernetes Event on every WorkflowRun phase change."
+    )
+    # --- leader election (kubernetes source only) ---------------------------------------
+    leader_election: bool = Field(
+        default=True,
+        description="Only the Lease holder turns resource changes into sagas; the other "
+        "replicas still fold events and write status.",
+    )
+    lease_name: str = Field(default="plnt-watcher", description="Name of the Lease.")
+    lease_namespace: str = Field(default="default", description="Namespace of the Lease.")
+    lease_duration_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How long followers wait after the last renewal before taking over.",
+    )
+    lease_renew_deadline_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A leader that could not renew for this long steps down; below the "
+        "lease duration so it stops before anyone else may start.",
+    )
+    lease_retry_period_s: float = Field(
+        default=2.0, gt=0, description="How often the Lease is renewed or tried."
+    )
+    lease_identity: str = Field(
+        default="", description="This replica's holder identity; empty = <hostname>-<pid>."
+    )
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> "WatcherSettings":
+        if not (self.lease_retry_period_s < self.lease_renew_deadline_s < self.lease_duration_s):
+            raise ValueError(
+                "lease timing must keep retry period < renew deadline < lease duration"
+            )
+        return self
+
+    def identity(self) -> str:
+        """This replica's name as a Lease holder and in its API User-Agent."""
+        return self.lease_identity or f"{socket.gethostname()}-{os.getpid()}"
 
     def deadlines(self) -> dict[str, float]:
         return {

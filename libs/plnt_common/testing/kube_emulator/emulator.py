@@ -6,6 +6,7 @@ thread-safe: they run on the server's loop and return its answer.
 """
 
 import asyncio
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -77,17 +78,17 @@ class KubeEmulator:
         loop.close()
 
     async def _listen(self) -> None:
+        # Bind first: port 0 picks a free port, and a restart binds the same one again.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self._port))
+        self._port = int(sock.getsockname()[1])
         self._runner = web.AppRunner(self._handler.app(), shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
-        await site.start()
-        if not self._port:
-            server = site._server
-            assert isinstance(server, asyncio.base_events.Server)
-            self._port = int(server.sockets[0].getsockname()[1])
+        await web.SockSite(self._runner, sock).start()
 
     async def _close(self) -> None:
-        self.store.close_watches()  # streaming handlers end, so cleanup does not wait on them
+        self.store.watches.close()  # streaming handlers end, so cleanup does not wait on them
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -164,24 +165,24 @@ class KubeEmulator:
 
     def stall_watches(self) -> int:
         """Open watches stop receiving events (a stuck connection); returns how many."""
-        return int(self._call(self.store.stall_watches))
+        return int(self._call(self.store.watches.stall))
 
     def expire_watches(self) -> int:
         """End every open watch with an ERROR 410 event; returns how many ended."""
-        return int(self._call(self.store.expire_watches))
+        return int(self._call(self.store.watches.expire))
 
     def force_gone(self) -> int:
         """Compact the history and expire every watch: clients must re-list."""
 
         def both() -> int:
             self.store.compact()
-            return self.store.expire_watches()
+            return self.store.watches.expire()
 
         return int(self._call(both))
 
     def close_watches(self) -> int:
         """End every open watch cleanly (as at its timeout); returns how many ended."""
-        return int(self._call(self.store.close_watches))
+        return int(self._call(self.store.watches.close))
 
     def open_watches(self, plural: str | None = None) -> list[str]:
         """The User-Agent of every open watch, of one resource plural or all."""
@@ -189,7 +190,7 @@ class KubeEmulator:
             self._call(
                 lambda: [
                     s.user_agent
-                    for s in self.store.subscriptions()
+                    for s in self.store.watches.subscriptions()
                     if plural is None or s.rtype.plural == plural
                 ]
             )

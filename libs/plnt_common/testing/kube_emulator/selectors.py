@@ -7,10 +7,10 @@ selector the emulator cannot read raises ``ValueError`` (the server answers 400)
 """
 
 import re
-from collections.abc import Callable
 from typing import Any
 
-Match = Callable[[dict[str, Any]], bool]
+from plnt_common.testing.kube_emulator.watch_hub import Match
+
 _SET_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 _FIELDS = {"metadata.name": "name", "metadata.namespace": "namespace"}
 

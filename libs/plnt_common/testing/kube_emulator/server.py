@@ -18,14 +18,9 @@ from typing import Any, Literal
 from aiohttp import web
 
 from plnt_common.testing.kube_emulator.selectors import parse_selectors
-from plnt_common.testing.kube_emulator.store import (
-    Closed,
-    Expired,
-    ObjectStore,
-    Subscription,
-    WatchEvent,
-)
+from plnt_common.testing.kube_emulator.store import ObjectStore
 from plnt_common.testing.kube_emulator.types import ApiError, ResourceType
+from plnt_common.testing.kube_emulator.watch_hub import Closed, Expired, Subscription, WatchEvent
 
 TICK_S = 0.2
 """How often an idle watch checks whether its client went away."""
@@ -244,7 +239,7 @@ class ApiHandler:
         except ConnectionError:
             pass  # the client went away; nothing left to tell it
         finally:
-            self.store.unsubscribe(subscription)
+            self.store.watches.remove(subscription)
         return response
 
     async def _stream(
@@ -287,7 +282,7 @@ class ApiHandler:
                     next_bookmark = loop.time() + self.bookmark_interval_s
                 continue
             if isinstance(item, Expired):
-                error = ApiError.gone(position, self.store.compacted)
+                error = ApiError.gone(position, self.store.watches.compacted)
                 await self._send(response, {"type": "ERROR", "object": error.status()})
                 return
             if isinstance(item, Closed):

@@ -11,8 +11,8 @@ Kept from the real server, because clients depend on them:
   carry one); a patch may carry one as a precondition;
 - deleting an object with finalizers only sets ``deletionTimestamp``; it goes away when
   an update removes the last finalizer, and no finalizer may be added meanwhile;
-- every write is a watch event kept in a bounded history; a watch from a version older
-  than that history fails with 410 Expired.
+- every write is a watch event kept in a bounded history (``watch_hub``); a watch from
+  a version older than that history fails with 410 Expired.
 
 Not kept: namespaces as objects, admission, schema validation (a type may get a
 ``validate`` callback), server-side apply, strategic merge for lists, pagination
@@ -20,21 +20,17 @@ Not kept: namespaces as objects, admission, schema validation (a type may get a
 The store is not thread-safe: the server calls it from its one event loop.
 """
 
-import asyncio
 import copy
 import secrets
 import uuid
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from plnt_common.testing.kube_emulator.patches import PatchError, json_patch, merge_patch
-from plnt_common.testing.kube_emulator.selectors import Match
 from plnt_common.testing.kube_emulator.types import STALE_OBJECT, ApiError, ResourceType
+from plnt_common.testing.kube_emulator.watch_hub import Match, Subscription, WatchEvent, WatchHub
 
-EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Validator = Callable[[dict[str, Any]], None]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -51,56 +47,6 @@ _SYSTEM_FIELDS = (
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One write as watchers see it; ``previous`` lets a selector see objects leave it."""
-
-    resource_version: int
-    rtype: ResourceType
-    type: EventType
-    object: dict[str, Any]
-    previous: dict[str, Any] | None
-
-
-class Expired:
-    """Sentinel queued to a watch that must end with 410 (its position was compacted)."""
-
-
-class Closed:
-    """Sentinel queued to a watch the server ends cleanly (shutdown, or a test hook)."""
-
-
-@dataclass(eq=False)
-class Subscription:
-    """One open watch: what it filters on and the queue the store feeds."""
-
-    rtype: ResourceType
-    namespace: str | None
-    match: Match
-    user_agent: str = ""
-    queue: asyncio.Queue[WatchEvent | Expired | Closed] = field(default_factory=asyncio.Queue)
-    stalled: bool = False
-    """A stalled watch gets no events and no bookmarks, like a stuck connection."""
-
-    def sees(self, event: WatchEvent) -> WatchEvent | None:
-        """The event as this watch reports it, or None when it is not for this watch."""
-        if event.rtype != self.rtype:
-            return None
-        if self.namespace and event.object["metadata"].get("namespace") != self.namespace:
-            return None
-        if event.type == "DELETED":
-            return event if self.match(event.object) else None
-        now_in = self.match(event.object)
-        was_in = event.previous is not None and self.match(event.previous)
-        if now_in and was_in:
-            return event
-        if now_in:  # moved into the selector: the watch sees it appear
-            return WatchEvent(event.resource_version, event.rtype, "ADDED", event.object, None)
-        if was_in:  # moved out of the selector: the watch sees it go
-            return WatchEvent(event.resource_version, event.rtype, "DELETED", event.object, None)
-        return None
 
 
 def _drop_empty(meta: dict[str, Any]) -> None:
@@ -126,24 +72,16 @@ class ObjectStore:
         validators: dict[ResourceType, Validator] | None = None,
     ) -> None:
         self.types = types
-        self.history_window = history_window
         self._validators = validators or {}
         self._objects: dict[tuple[ResourceType, str, str], dict[str, Any]] = {}
         self._resource_version = 0
-        self._history: deque[WatchEvent] = deque()
-        self._compacted = 0
-        """Every event at or below this version is gone from the history."""
-        self._subscriptions: set[Subscription] = set()
+        self.watches = WatchHub(window=history_window)
 
     # --- reads -------------------------------------------------------------------------
 
     @property
     def resource_version(self) -> int:
         return self._resource_version
-
-    @property
-    def compacted(self) -> int:
-        return self._compacted
 
     def find_type(self, *, group: str, version: str, plural: str) -> ResourceType | None:
         for rtype in self.types:
@@ -361,7 +299,13 @@ class ObjectStore:
         _drop_empty(body["metadata"])
         body["metadata"]["resourceVersion"] = str(self._resource_version)
         self._objects[key] = body
-        self._record(rtype, "ADDED" if previous is None else "MODIFIED", body, previous)
+        self.watches.record(
+            version=self._resource_version,
+            rtype=rtype,
+            event_type="ADDED" if previous is None else "MODIFIED",
+            body=body,
+            previous=previous,
+        )
         return copy.deepcopy(body)
 
     def _remove(
@@ -376,7 +320,13 @@ class ObjectStore:
         # The DELETED event carries the version of the deletion, as etcd reports it.
         gone["metadata"]["resourceVersion"] = str(self._resource_version)
         del self._objects[self._key(rtype, body)]
-        self._record(rtype, "DELETED", gone, previous or body)
+        self.watches.record(
+            version=self._resource_version,
+            rtype=rtype,
+            event_type="DELETED",
+            body=gone,
+            previous=previous or body,
+        )
         return copy.deepcopy(gone)
 
     @staticmethod
@@ -439,28 +389,6 @@ class ObjectStore:
 
     # --- watch -------------------------------------------------------------------------
 
-    def _record(
-        self,
-        rtype: ResourceType,
-        event_type: EventType,
-        body: dict[str, Any],
-        previous: dict[str, Any] | None,
-    ) -> None:
-        event = WatchEvent(
-            self._resource_version,
-            rtype,
-            event_type,
-            copy.deepcopy(body),
-            copy.deepcopy(previous) if previous is not None else None,
-        )
-        self._history.append(event)
-        while len(self._history) > self.history_window:
-            self._compacted = self._history.popleft().resource_version
-        for subscription in self._subscriptions:
-            seen = subscription.sees(event)
-            if seen is not None and not subscription.stalled:
-                subscription.queue.put_nowait(seen)
-
     def subscribe(self, subscription: Subscription, *, since: int | None) -> list[WatchEvent]:
         """Register a watch; returns what it must send first.
 
@@ -468,13 +396,7 @@ class ObjectStore:
         starts after it, and one older than the retained history raises 410 Expired.
         """
         if since:
-            if since < self._compacted:
-                raise ApiError.gone(since, self._compacted)
-            backlog = [
-                seen
-                for event in self._history
-                if event.resource_version > since and (seen := subscription.sees(event)) is not None
-            ]
+            backlog = self.watches.since(subscription, since)
         else:
             items, _ = self.list_objects(
                 subscription.rtype, subscription.namespace, subscription.match
@@ -489,38 +411,9 @@ class ObjectStore:
                 )
                 for item in items
             ]
-        self._subscriptions.add(subscription)
+        self.watches.add(subscription)
         return backlog
 
-    def unsubscribe(self, subscription: Subscription) -> None:
-        self._subscriptions.discard(subscription)
-
-    def subscriptions(self) -> list[Subscription]:
-        return list(self._subscriptions)
-
     def compact(self) -> int:
-        """Drop the whole history: a watch from any earlier version now gets 410."""
-        self._history.clear()
-        self._compacted = self._resource_version
-        return self._compacted
-
-    def stall_watches(self) -> int:
-        """Open watches stop receiving anything until they are expired or closed."""
-        for subscription in self._subscriptions:
-            subscription.stalled = True
-        return len(self._subscriptions)
-
-    def expire_watches(self) -> int:
-        """End every open watch with a 410 ERROR event, as when its position is compacted."""
-        return self._end_watches(Expired())
-
-    def close_watches(self) -> int:
-        """End every open watch cleanly, as the server does at its request timeout."""
-        return self._end_watches(Closed())
-
-    def _end_watches(self, sentinel: Expired | Closed) -> int:
-        ended = list(self._subscriptions)
-        for subscription in ended:
-            subscription.queue.put_nowait(sentinel)
-            self._subscriptions.discard(subscription)
-        return len(ended)
+        """Forget the watch history up to now; returns the oldest version still usable."""
+        return self.watches.compact(up_to=self._resource_version)

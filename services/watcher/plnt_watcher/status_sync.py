@@ -1,0 +1,66 @@
+"""Status writes that end on the newest projection, however replicas interleave.
+
+Watcher replicas fold events of one run in parallel (they share one durable consumer),
+and each writes the status it folded. A replica that folded an older event can write
+after one that folded a newer event, and a 409 retry makes that likely: the run would
+stay at, say, ``Promoting`` after ``run.ready``. ``ConvergingStatus`` wraps a
+``ResourceSource`` so that a status write writes the newest projection, reads it again
+afterwards, and writes again while it moved on: the last writer always checks last, so
+the resource ends on the newest projection. A briefly older status can still show (and
+be recorded as a phase change) when two writes cross. Everything else passes through unchanged.
+
+It does not decide what a status says (``logic.status_document`` does) or order events
+(the projection fold does).
+"""
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from plnt_common.logs import get_logger
+from plnt_watcher.adapters.projections import ProjectionStore
+from plnt_watcher.logic import status_document
+from plnt_watcher.ports import ResourceSource
+
+log = get_logger(__name__)
+MAX_ROUNDS = 5
+"""A run whose projection moves this often is being written by other handlers too;
+each of them checks after its own write, so stopping here loses nothing."""
+
+
+class ConvergingStatus:
+    """``ResourceSource`` whose ``write_status`` re-checks the projection after writing."""
+
+    def __init__(self, *, source: ResourceSource, projections: ProjectionStore) -> None:
+        self._source = source
+        self._projections = projections
+
+    def watch(self) -> AsyncIterator[tuple[str, str, dict[str, Any] | None]]:
+        return self._source.watch()
+
+    async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
+        await self._source.add_finalizer(namespace=namespace, name=name, finalizer=finalizer)
+
+    async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
+        await self._source.release_finalizer(namespace=namespace, name=name, finalizer=finalizer)
+
+    async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        """Write the newest projection's status (``status`` when there is none), and again
+        while the projection moved on during the write. False when the object is gone."""
+        for _ in range(MAX_ROUNDS):
+            # The newest fold beats the one this handler made: it narrows the window in
+            # which an older status can land after a newer one.
+            status = await self._newest(namespace, name) or status
+            if not await self._source.write_status(namespace=namespace, name=name, status=status):
+                return False
+            newest = await self._newest(namespace, name)
+            if newest is None or newest == status:
+                return True
+            log.info("status.rewritten", namespace=namespace, name=name, phase=newest.get("phase"))
+        return True
+
+    async def _newest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The projection's status; None once the run is finalized or forgotten."""
+        latest = await self._projections.get(namespace=namespace, name=name)
+        if latest is None or latest.removed:
+            return None
+        return status_document(latest)
