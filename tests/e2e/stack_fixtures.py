@@ -58,7 +58,7 @@ def registry(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def client(stack: Supervisor) -> AsyncIterator[Client]:
-    bus = await Bus.open(stack.config.nats_url, service="test")
+    bus = await Bus.open(stack.config.nats_url, service="test", wait_for_server=True)
     test_client = Client(bus)
     await test_client.apply(backend_document())
     yield test_client

@@ -52,7 +52,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, metrics_port: int) -> Iterat
 
 @pytest.fixture
 async def client(stack: Supervisor, fake_llm: FakeLLM) -> AsyncIterator[Client]:
-    bus = await Bus.open(stack.config.nats_url, service="test")
+    bus = await Bus.open(stack.config.nats_url, service="test", wait_for_server=True)
     test_client = Client(bus)
     await test_client.apply(
         {

@@ -13,7 +13,7 @@ from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
 from plnt_common.events import EventType
 
-RUNS = 8
+RUNS = 50
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
 
 @pytest.fixture
 async def client(stack: Supervisor) -> AsyncIterator[Client]:
-    bus = await Bus.open(stack.config.nats_url, service="test")
+    bus = await Bus.open(stack.config.nats_url, service="test", wait_for_server=True)
     test_client = Client(bus)
     await test_client.apply(backend_document())
     yield test_client
@@ -40,7 +40,7 @@ async def test_a_burst_on_two_replicas_ends_each_saga_once_with_one_install(
     for name in names:
         publish_spec(registry, workflow_named(name))
     await asyncio.gather(*(client.apply(run_document(name, registry=registry)) for name in names))
-    await asyncio.gather(*(client.wait_phase(name, "Ready", timeout_s=120) for name in names))
+    await asyncio.gather(*(client.wait_phase(name, "Ready", timeout_s=240) for name in names))
 
     for name in names:
         events = await client.events(name)

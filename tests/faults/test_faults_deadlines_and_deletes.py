@@ -31,7 +31,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
 
 @pytest.fixture
 async def client(stack: Supervisor) -> AsyncIterator[Client]:
-    bus = await Bus.open(stack.config.nats_url, service="test")
+    bus = await Bus.open(stack.config.nats_url, service="test", wait_for_server=True)
     test_client = Client(bus)
     await test_client.apply(backend_document())
     yield test_client

@@ -61,7 +61,7 @@ def stack(
 
 @pytest.fixture
 async def bus_client(stack: Supervisor) -> AsyncIterator[Client]:
-    bus = await Bus.open(stack.config.nats_url, service="test")
+    bus = await Bus.open(stack.config.nats_url, service="test", wait_for_server=True)
     test_client = Client(bus)
     await test_client.apply(backend_document())  # the puller reads backends from here
     yield test_client

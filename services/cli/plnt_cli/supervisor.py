@@ -148,7 +148,14 @@ class Supervisor:
 
     def restart_nats(self, *, kill: bool = False) -> None:
         """Stop the server (SIGKILL with ``kill``) and start it again on the same store."""
+        self.stop_nats(kill=kill)
+        self.start_nats()
+
+    def stop_nats(self, *, kill: bool = False) -> None:
+        """Take the bus away (fault tests); services keep running and retry."""
         self._nats.stop(kill=kill)
+
+    def start_nats(self) -> None:
         self._nats.start()
 
     def services(self) -> list[ManagedProcess]:

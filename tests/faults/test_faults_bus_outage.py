@@ -1,0 +1,95 @@
+"""The bus unreachable for 10 s mid-saga, and stale events replayed from an older generation."""
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from stack_support import Client, publish_spec, run_document, workflow_named
+from test_faults_deadlines_and_deletes import reach
+
+from plnt_cli.supervisor import Supervisor
+from plnt_common import subjects
+from plnt_common.events import EventType
+from plnt_common.nats_server import free_port
+from plnt_common.routes import RouteEntry
+
+OUTAGE_S = 10
+
+
+@pytest.fixture
+async def slow_upstream() -> AsyncIterator[str]:
+    """Answers after 400 ms: keeps the smoke step busy across the outage."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.4)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/slow", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}/slow"
+    await runner.cleanup()
+
+
+async def test_a_saga_survives_the_bus_being_unreachable_for_ten_seconds(
+    client: Client, registry: Path, stack: Supervisor, slow_upstream: str
+) -> None:
+    steps = [{"id": "slow", "tool": "http.request", "with": {"url": slow_upstream}}]
+    publish_spec(registry, workflow_named("outage", steps=steps))
+    reached = asyncio.create_task(reach(client, "outage", "Smoking"))
+    await asyncio.sleep(0.1)
+    await client.apply(run_document("outage", registry=registry, smoke_invocations=8))
+    await reached
+
+    stack.stop_nats()  # smoke finishes during the outage and must retry its publish
+    await asyncio.sleep(OUTAGE_S)
+    stack.start_nats()
+
+    await client.wait_phase("outage", "Ready", timeout_s=90)
+    kinds = Counter(e.event_type for e in await client.events("outage"))
+    assert kinds[EventType.SMOKE_PASSED] == 1
+    assert kinds[EventType.RUN_READY] == 1
+
+
+async def test_stale_events_of_an_older_generation_never_promote(
+    client: Client, registry: Path
+) -> None:
+    publish_spec(registry, workflow_named("stale"))
+    publish_spec(registry, workflow_named("stale", "2.0.0"))
+    await client.apply(run_document("stale", registry=registry))
+    await client.wait_phase("stale", "Ready")
+    await client.apply(run_document("stale", registry=registry, ref="stale@2.0.0"))
+    await client.wait_phase("stale", "Ready", generation=2)
+    old = [e for e in await client.events("stale") if e.sagaid == "default.stale.1.1"]
+    replayed = [
+        e for e in old if e.event_type in (EventType.CANARY_INSTALLED, EventType.SMOKE_PASSED)
+    ]
+    assert len(replayed) == 2
+
+    for event in replayed:  # as a broken producer would: new ids, no Nats-Msg-Id to dedup
+        fresh = event.model_copy(update={"id": f"replayed-{event.id}"})
+        subject = subjects.event_subject(event.event_type, event.namespace, event.name)
+        await client.bus.js.publish(subject, fresh.model_dump_json().encode())
+    await asyncio.sleep(2)
+
+    status = await client.status("stale")
+    assert (status["phase"], status["revision"], status["observedGeneration"]) == (
+        "Ready",
+        "2.0.0-g2",
+        2,
+    )
+    entry = await client.bus.routes.get("default.stale")
+    route = RouteEntry.model_validate(json.loads(entry.value or b"{}"))
+    assert route.stable is not None and route.stable.revision == "2.0.0-g2"
+    assert route.canary is None
+    first_saga = Counter(
+        e.event_type for e in await client.events("stale") if e.sagaid == "default.stale.1.1"
+    )
+    assert first_saga[EventType.RUN_READY] == 1
