@@ -70,3 +70,10 @@ class BusUnavailable(PlntError):
 
     retryable = True
     reason = "BusUnavailable"
+
+
+class KubernetesUnavailable(PlntError):
+    """The Kubernetes API server did not answer, or answered with a server-side error."""
+
+    retryable = True
+    reason = "KubernetesUnavailable"

@@ -75,6 +75,10 @@ class RunProjection(BaseModel):
     deleting: bool = False
     removed: bool = False
     stable_revision: str = ""
+    stamps: dict[str, tuple[int, str]] = Field(
+        default_factory=dict,
+        description="Per field, the (step rank, event time) of the event that set it last.",
+    )
 
     @property
     def key(self) -> str:
@@ -112,25 +116,58 @@ def fold_into(projections: dict[str, RunProjection], event: Envelope) -> None:
 
 
 def apply_event(current: RunProjection, event: Envelope) -> RunProjection:
-    """The projection after ``event``; pure and order-tolerant."""
+    """The projection after ``event``: pure, idempotent and independent of arrival order.
+
+    Within a saga each field (status field, condition, projection field) keeps the value
+    of the event with the highest (step rank, event time) that set it, so a late or
+    redelivered event fills in what it alone knows and never moves the run backwards;
+    folding a saga's events in any order gives the same projection as the stream order.
+    """
     event_type = event.event_type
     rank = STEP_RANK[event_type]
     if current.saga_id and saga_order(event.sagaid) < saga_order(current.saga_id):
         return current  # an older saga: history only
-    base = current
-    if event.sagaid != current.saga_id:
-        base = _start_saga(current, event)
-    elif rank < current.rank or (current.rank == TERMINAL_RANK and rank == TERMINAL_RANK):
-        return current  # stale within the saga, or a second terminal
-    updates = _STEP_UPDATES[event_type](base, event)
-    status_updates = updates.pop("status", {})
-    assert isinstance(status_updates, dict)
-    status = base.status.model_copy(
-        update={"saga_id": event.sagaid, "observed_generation": event.generation, **status_updates}
-    )
-    if "phase" in status_updates and status_updates["phase"] != base.status.phase:
+    base = current if event.sagaid == current.saga_id else _start_saga(current, event)
+    if (
+        base.rank == TERMINAL_RANK
+        and rank == TERMINAL_RANK
+        and base.stamps.get("terminal", (0, "")) != (rank, event.time.isoformat())
+    ):
+        return current  # a second terminal event (never published, but never trusted)
+    stamp = (rank, event.time.isoformat())
+    stamps = dict(base.stamps)
+
+    def newer(field: str) -> bool:
+        if stamps.get(field, (0, "")) <= stamp:
+            stamps[field] = stamp
+            return True
+        return False
+
+    step = _STEP_UPDATES[event_type](base, event)
+    status_step = step.pop("status", {})
+    assert isinstance(status_step, dict)
+    condition_specs = status_step.pop("conditions", [])
+    status_updates = {k: v for k, v in status_step.items() if newer(f"status.{k}")}
+    conditions = base.status.conditions
+    for kind, ok, reason, message in condition_specs:
+        if newer(f"condition.{kind}"):
+            conditions = _condition(conditions, event, kind, ok, reason, message)
+    updates = {k: v for k, v in step.items() if newer(k)}
+    if "phase" in status_updates:
         updates["phase_since"] = event.time
-    return base.model_copy(update={"rank": rank, "status": status, **updates})
+    if rank == TERMINAL_RANK:
+        stamps["terminal"] = stamp
+    status = base.status.model_copy(
+        update={
+            "saga_id": event.sagaid,
+            "observed_generation": event.generation,
+            "conditions": conditions,
+            **status_updates,
+        }
+    )
+    return base.model_copy(
+        update={"rank": max(base.rank, rank), "status": status, "stamps": stamps, **updates}
+    )
 
 
 def _start_saga(current: RunProjection, event: Envelope) -> RunProjection:
@@ -148,6 +185,7 @@ def _start_saga(current: RunProjection, event: Envelope) -> RunProjection:
             "generation": event.generation,
             "rank": 0,
             "status": status,
+            "stamps": {},
         }
     )
 
@@ -183,13 +221,12 @@ def _condition(
     return tuple(sorted((*others, condition), key=lambda c: CONDITION_ORDER[c.type]))
 
 
-def _with(
-    current: RunProjection, event: Envelope, *pairs: tuple[ConditionType, bool, str, str]
-) -> tuple[Condition, ...]:
-    conditions = current.status.conditions
-    for kind, ok, reason, message in pairs:
-        conditions = _condition(conditions, event, kind, ok, reason, message)
-    return conditions
+ConditionSpec = tuple[ConditionType, bool, str, str]
+
+
+def _with(current: RunProjection, event: Envelope, *pairs: ConditionSpec) -> list[ConditionSpec]:
+    """The conditions a step sets; ``apply_event`` merges each by its stamp."""
+    return list(pairs)
 
 
 def _requested(current: RunProjection, event: Envelope) -> dict[str, object]:

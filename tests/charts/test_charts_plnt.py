@@ -46,6 +46,8 @@ CHART_DEFAULTS: dict[tuple[str, str], Any] = {
     ("watcher", "leaseNamespace"): "",  # rendered as the release namespace
     ("router", "host"): "0.0.0.0",  # reachable through the Service
     ("installer", "runnerChart"): "/opt/plnt/charts/plnt-runner",  # where the image puts it
+    ("puller", "backends"): "kubernetes",  # PlntBackends from the CRD, not the embedded store
+    ("installer", "backends"): "kubernetes",  # likewise
     **{(s, "metricsPort"): 9090 for s in ("watcher", "puller", "installer", "smoke", "promoter")},
 }
 # Read by every service without a service prefix; set from top-level values.
@@ -67,9 +69,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "s3MaxAttempts": 5,
             "retryBackoffS": [1, 5, 30],
             "awsCredentialsSecret": "s3-credentials",
+            "kubeconfig": "/etc/plnt/kubeconfig",
         },
         "installer": {
             "replicaCount": 2,
+            "backends": "embedded",
             "targetNamespaces": ["agents", "agents-gpu"],
             "backendSecrets": [{"names": ["remote-kubeconfig", "openai"]}],
             "keda": True,
@@ -183,8 +187,15 @@ def test_rendered_env_parses_into_the_settings_the_values_asked_for(
             "s3_endpoint_url": "http://minio.minio:9000",
             "s3_max_attempts": 5,
             "retry_backoff_s": (1.0, 5.0, 30.0),
+            "backends": "kubernetes",
+            "kubeconfig": "/etc/plnt/kubeconfig",
         },
-        "installer": {"ready_timeout_s": 600.0, "concurrency": 16},
+        "installer": {
+            "ready_timeout_s": 600.0,
+            "concurrency": 16,
+            "backends": "embedded",
+            "kubeconfig": "",
+        },
         "smoke": {"concurrency": 8, "request_timeout_s": 12.5},
         "promoter": {"concurrency": 16},
         "router": {"host": "0.0.0.0", "port": 9090, "max_in_flight": 512},
@@ -217,6 +228,15 @@ def test_chart_defaults_are_the_service_defaults(service: str) -> None:
 def test_watcher_reads_workflowruns_from_kubernetes_by_default() -> None:
     env = container_env(_deployment(_render({}), "watcher"))
     assert env["PLNT_WATCHER_SOURCE"] == "kubernetes"
+
+
+def test_puller_and_installer_read_plntbackends_from_kubernetes_in_cluster_by_default() -> None:
+    docs = _render({})
+    for service in ("puller", "installer"):
+        env = container_env(_deployment(docs, service))
+        prefix = f"PLNT_{service.upper()}_"
+        assert env[f"{prefix}BACKENDS"] == "kubernetes"
+        assert env[f"{prefix}KUBECONFIG"] == ""  # standard resolution: the service account
 
 
 def test_router_is_reachable_through_its_service_with_probes() -> None:
@@ -416,6 +436,22 @@ def test_puller_may_only_read_backends() -> None:
     ] == []
 
 
+def test_installer_may_read_backends_cluster_wide_and_nothing_else() -> None:
+    docs = _render({})
+    assert _rules(one(docs, "ClusterRole", "plnt-installer")) == [
+        (("plnt.work",), ("plntbackends",), ("get", "list"))
+    ]
+    binding = one(docs, "ClusterRoleBinding", "plnt-installer")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "plnt-installer",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "plnt-installer", "namespace": NAMESPACE}
+    ]
+
+
 def test_installer_gets_helm_permissions_in_each_target_namespace() -> None:
     docs = _render(SCENARIOS["overrides"])
     roles = [d for d in select(docs, "Role") if d["metadata"]["name"] == "plnt-installer"]
@@ -531,11 +567,12 @@ def test_chart_ships_both_crds_for_helm_to_install() -> None:
     [
         {"puller": {"s3Endpoint": "http://minio:9000"}},
         {"watcher": {"source": "etcd"}},
+        {"puller": {"backends": "etcd"}},
         {"router": {"port": 70000}},
         {"smoke": {"concurrency": 0}},
         {"installer": {"targetNamespaces": ["Not_A_Namespace"]}},
     ],
-    ids=["typo", "source", "port", "concurrency", "namespace"],
+    ids=["typo", "source", "backends", "port", "concurrency", "namespace"],
 )
 def test_values_schema_rejects_bad_values(values: dict[str, Any]) -> None:
     with pytest.raises(helm_python.HelmValuesError):

@@ -1,5 +1,7 @@
 """The projection fold: phases per event, stale and duplicate events, order tolerance."""
 
+import random
+
 import pytest
 
 from plnt_common.events import (
@@ -7,6 +9,7 @@ from plnt_common.events import (
     CanaryRef,
     Envelope,
     EventType,
+    RouteRestored,
     RunDeleted,
     RunFailed,
     RunReady,
@@ -17,6 +20,7 @@ from plnt_common.events import (
     SmokeFigures,
     SmokeVerdict,
     SpecPulled,
+    StepTimedOut,
     new_event,
     saga_id,
 )
@@ -187,3 +191,38 @@ def test_deletion_then_removal_marks_the_projection_removed() -> None:
 )
 def test_saga_order_reads_generation_and_attempt(sagaid: str, order: tuple[int, int]) -> None:
     assert saga_order(sagaid) == order
+
+
+def rolled_back_saga() -> list[Envelope]:
+    requested, pulled, installed, _, _ = happy_saga(generation=2)
+    failed = event(
+        EventType.SMOKE_FAILED,
+        SmokeVerdict(canary=canary(2), figures=SmokeFigures(passed=False, reason="errors")),
+        generation=2,
+    )
+    timed_out = event(
+        EventType.STEP_TIMED_OUT, StepTimedOut(phase="Smoking", deadline_s=5), generation=2
+    )
+    restored = event(
+        EventType.ROUTE_RESTORED,
+        RouteRestored(revision="1.0.0-g2", stable_revision="1.0.0-g1", reason=Reason.SMOKE_FAILED),
+        generation=2,
+    )
+    rolled_back = event(
+        EventType.RUN_ROLLED_BACK,
+        RunRolledBack(revision="1.0.0-g2", stable_revision="1.0.0-g1", reason=Reason.SMOKE_FAILED),
+        generation=2,
+    )
+    return [requested, pulled, installed, failed, timed_out, restored, rolled_back]
+
+
+@pytest.mark.parametrize("saga", [happy_saga, rolled_back_saga], ids=["ready", "rolled-back"])
+def test_any_arrival_order_gives_the_projection_of_the_stream_order(saga) -> None:  # type: ignore[no-untyped-def]
+    events = saga()
+    start = fold(happy_saga(generation=1)) if saga is rolled_back_saga else None
+    expected = fold(events, start)
+    shuffler = random.Random(11)
+    for _ in range(200):
+        order = events[:]
+        shuffler.shuffle(order)
+        assert fold(order, start) == expected, [e.event_type.value for e in order]

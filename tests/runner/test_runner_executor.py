@@ -244,5 +244,3 @@ async def test_executor_refuses_a_step_whose_tool_is_not_in_the_registry() -> No
         executor_for(
             [{"id": "call", "tool": "http.request", "with": {"url": "http://127.0.0.1:9/x"}}], tools
         )
-
-

@@ -51,29 +51,28 @@ def projection(
 
 
 @pytest.mark.parametrize(
-    ("projected", "ended", "expected"),
+    ("latest", "ended", "expected"),
     [
-        (None, False, SagaState.CURRENT),
+        ("", False, SagaState.CURRENT),
         ("default.wf.2.1", False, SagaState.CURRENT),
         ("default.wf.3.1", False, SagaState.SUPERSEDED),
         ("default.wf.2.2", False, SagaState.SUPERSEDED),
-        ("default.wf.1.1", False, SagaState.CURRENT),
+        ("default.wf.1.3", False, SagaState.SUPERSEDED),
         ("default.wf.3.1", True, SagaState.ENDED),
     ],
     ids=[
-        "no-projection",
+        "unknown",
         "same-saga",
         "newer-generation",
         "deletion-saga",
-        "projection-behind",
+        "recreated-run",
         "ended-wins",
     ],
 )
-def test_a_saga_is_classified_against_the_projection(
-    projected: str | None, ended: bool, expected: SagaState
+def test_a_saga_is_classified_against_the_runs_latest_saga(
+    latest: str, ended: bool, expected: SagaState
 ) -> None:
-    seen = projection(projected) if projected else None
-    assert classify(event(2), seen, ended) is expected
+    assert classify(event(2), latest, ended) is expected
 
 
 # --- watcher ------------------------------------------------------------------------------

@@ -111,8 +111,9 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   "watcher" (list "source" "concurrency" "deadlinePullingS" "deadlineInstallingS" "deadlineSmokingS" "deadlinePromotingS" "deadlineCheckIntervalS"
                   "kubeconfig" "kubeContext" "kubeNamespace" "kubeWatchTimeoutS" "kubeRequestTimeoutS" "kubeEvents"
                   "leaderElection" "leaseName" "leaseNamespace" "leaseDurationS" "leaseRenewDeadlineS" "leaseRetryPeriodS" "leaseIdentity")
-  "puller" (list "s3EndpointUrl" "s3Region" "s3MaxAttempts" "connectTimeoutS" "readTimeoutS" "maxAttempts" "retryBackoffS" "concurrency")
-  "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "runnerChart")
+  "puller" (list "s3EndpointUrl" "s3Region" "s3MaxAttempts" "connectTimeoutS" "readTimeoutS" "maxAttempts" "retryBackoffS" "concurrency"
+                 "backends" "kubeconfig")
+  "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "runnerChart" "backends" "kubeconfig")
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
   "promoter" (list "concurrency")
   "router" (list "host" "port" "maxBodyBytes" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS")

@@ -101,6 +101,8 @@ class Bus:
         while True:
             try:
                 ack = await self.js.publish(subject, payload, headers=headers, timeout=2.0)
+                if ack.duplicate:  # a redelivered step published again: the stream kept one
+                    log.info("bus.duplicate_dropped", msg_id=headers["Nats-Msg-Id"])
                 return not ack.duplicate
             except (
                 NatsTimeout,

@@ -1,26 +1,78 @@
-"""Observing a saga's state on the bus: its run's projection and its terminal claim."""
+"""The saga registry in ``plnt-sagas``: which saga of a run is the latest, and which ended.
+
+Two kinds of keys: ``<sagaid>`` (create-only terminal claims, see ``Bus.publish_terminal``)
+and ``latest.<ns>.<name>`` (the newest saga the watcher started for a run). The watcher
+advances ``latest`` *before* it publishes a saga's first event, so any service that sees
+an event can tell at once, without waiting for the projection, whether a newer saga (a
+newer generation, or the deletion) has replaced it. The record outlives the run's
+deletion, so a straggler of a deleted run is never taken for current.
+"""
 
 import asyncio
 
-from nats.js.errors import KeyDeletedError, KeyNotFoundError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from plnt_common.bus.bus import Bus
-from plnt_common.events import Envelope
-from plnt_common.projection import RunProjection
+from plnt_common.errors import Conflict
+from plnt_common.events import Envelope, EventType
+from plnt_common.projection import saga_order
 from plnt_common.saga import SagaState, classify
 
+CAS_ATTEMPTS = 20
 
-async def read_projection(bus: Bus, namespace: str, name: str) -> RunProjection | None:
+
+def latest_key(namespace: str, name: str) -> str:
+    return f"latest.{namespace}.{name}"
+
+
+async def latest_saga(bus: Bus, namespace: str, name: str) -> tuple[str, int]:
+    """The latest saga id of a run and the record's revision; ("", 0) when none."""
     try:
-        entry = await bus.runs.get(f"{namespace}.{name}")
+        entry = await bus.sagas.get(latest_key(namespace, name))
     except (KeyNotFoundError, KeyDeletedError):
-        return None
-    return RunProjection.model_validate_json(entry.value) if entry.value else None
+        return "", 0
+    return (entry.value or b"").decode(), entry.revision or 0
+
+
+async def advance_latest_saga(bus: Bus, namespace: str, name: str, sagaid: str) -> str:
+    """Record ``sagaid`` as the run's latest saga unless a newer one is recorded.
+
+    A run deleted and created again starts at generation 1; its first saga replaces a
+    latest saga that ended with ``run.removed``. Returns the latest saga id after the call.
+    """
+    key = latest_key(namespace, name)
+    for _ in range(CAS_ATTEMPTS):
+        current, revision = await latest_saga(bus, namespace, name)
+        if current == sagaid:
+            return current
+        if (
+            current
+            and saga_order(current) > saga_order(sagaid)
+            and not await _removed(bus, current)
+        ):
+            return current  # a slower replica's view: keep the newer saga
+        try:
+            if revision:
+                await bus.sagas.update(key, sagaid.encode(), last=revision)
+            else:
+                await bus.sagas.create(key, sagaid.encode())
+        except KeyWrongLastSequenceError:
+            continue
+        return sagaid
+    raise Conflict(f"{key} kept changing")
+
+
+async def _removed(bus: Bus, sagaid: str) -> bool:
+    try:
+        entry = await bus.sagas.get(sagaid)
+    except (KeyNotFoundError, KeyDeletedError):
+        return False
+    return entry.value == EventType.RUN_REMOVED.value.encode()
 
 
 async def observe_saga(bus: Bus, event: Envelope) -> SagaState:
     # both reads at once: one round trip of latency on every saga step
-    projection, ended = await asyncio.gather(
-        read_projection(bus, event.namespace, event.name), bus.saga_ended(event.sagaid)
+    (latest, _), ended = await asyncio.gather(
+        latest_saga(bus, event.namespace, event.name), bus.saga_ended(event.sagaid)
     )
-    return classify(event, projection, ended)
+    return classify(event, latest, ended)

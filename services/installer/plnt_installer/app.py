@@ -7,14 +7,17 @@ from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
 from plnt_common.events import EventType
+from plnt_common.kube import PlntBackendReader, api_client
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
 from plnt_installer.adapters.backend_targets import StoredTargets
 from plnt_installer.adapters.helm_releases import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
+from plnt_installer.adapters.kube_targets import KubeApiTargets
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
 from plnt_installer.adapters.spec_source import ObjectStoreSpecSource
 from plnt_installer.handlers import SERVICE, InstallerHandlers
+from plnt_installer.kube_ports import KubernetesTargets
 from plnt_installer.ports import ReleaseBackend
 from plnt_installer.settings import InstallerSettings
 
@@ -31,6 +34,19 @@ CONSUMES = (
 BackendsFactory = Callable[[Bus, InstallerSettings], dict[str, ReleaseBackend]]
 
 
+def build_targets(bus: Bus, settings: InstallerSettings) -> KubernetesTargets:
+    """Where the Helm backend lists kubernetes PlntBackends, as ``settings.backends`` says.
+
+    Raises ``KubernetesUnavailable`` when the Kubernetes API is chosen and neither a
+    kubeconfig nor a service account is found, so a misconfigured installer stops at
+    start-up. The client sends nothing until the first list.
+    """
+    if settings.backends == "kubernetes":
+        api = api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
+        return KubeApiTargets(reader=PlntBackendReader(api=api))
+    return StoredTargets(store=ResourceStore(bus.resources))
+
+
 def default_backends(bus: Bus, settings: InstallerSettings) -> dict[str, ReleaseBackend]:
     """Release backends by PlntBackend ``spec.type``.
 
@@ -40,7 +56,7 @@ def default_backends(bus: Bus, settings: InstallerSettings) -> dict[str, Release
     return {
         "local": LocalReleaseBackend(bus),
         "kubernetes": HelmReleaseBackend(
-            targets=StoredTargets(store=ResourceStore(bus.resources)),
+            targets=build_targets(bus, settings),
             specs=ObjectStoreSpecSource(store=bus.specs),
             connector=KubeConnector(),
             chart=settings.runner_chart,
@@ -57,13 +73,6 @@ async def run(
 ) -> None:
     """Consume until ``stop``; ``backends_factory`` lets a benchmark bring its own backend."""
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
-    backends = backends_factory(bus, settings)
-    handlers = InstallerHandlers(
-        bus=bus,
-        backends=backends,
-        ready_timeout_s=settings.ready_timeout_s,
-        uninstall_timeout_s=settings.uninstall_timeout_s,
-    )
     spec = ConsumerSpec(
         service=SERVICE,
         filters=tuple(subjects.event_filter(t) for t in CONSUMES),
@@ -72,6 +81,14 @@ async def run(
         ack_wait_s=30.0,
     )
     try:
+        # inside the try: a backend that cannot be built (no Kubernetes credentials)
+        # still lets the connection drain
+        handlers = InstallerHandlers(
+            bus=bus,
+            backends=backends_factory(bus, settings),
+            ready_timeout_s=settings.ready_timeout_s,
+            uninstall_timeout_s=settings.uninstall_timeout_s,
+        )
         await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
     finally:
         await bus.close()

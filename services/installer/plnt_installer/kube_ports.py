@@ -34,7 +34,8 @@ class KubernetesTargets(Protocol):
     async def all(self) -> dict[str, PlntBackendSpec]:
         """Every kubernetes PlntBackend by name; unreadable ones are left out (and logged).
 
-        Raises ``BusUnavailable`` (retryable) when the store does not answer.
+        Raises ``BusUnavailable`` or ``KubernetesUnavailable`` (retryable) when the store
+        or the API does not answer, ``BackendUnavailable`` when the API refuses.
         """
         ...
 

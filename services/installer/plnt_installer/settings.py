@@ -1,6 +1,7 @@
 """Installer settings, ``PLNT_INSTALLER_*``."""
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -32,4 +33,18 @@ class InstallerSettings(CommonSettings):
         description="Directory of the plnt-runner chart the kubernetes backend installs "
         "per revision (default: the checkout's charts/plnt-runner, else the image's "
         "/opt/plnt/charts/plnt-runner).",
+    )
+    backends: Literal["embedded", "kubernetes"] = Field(
+        default="embedded",
+        description="Where the Helm backend finds kubernetes PlntBackends (to locate a "
+        "release again for rollback and removal): the plnt-resources store of the embedded "
+        "mode, or the Kubernetes API (cluster-scoped plntbackends.plnt.work).",
+    )
+    kubeconfig: str = Field(
+        default="",
+        description="With backends=kubernetes: path of a kubeconfig file to read "
+        "PlntBackends with; empty = standard resolution: the KUBECONFIG variable or "
+        "~/.kube/config, else the in-cluster service account. Only PlntBackends are read "
+        "with it: Helm on inCluster backends and kubeconfig Secret reads keep the standard "
+        "resolution.",
     )

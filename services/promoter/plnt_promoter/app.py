@@ -29,6 +29,8 @@ async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
         service=SERVICE,
         filters=tuple(subjects.event_filter(t) for t in CONSUMES),
         concurrency=settings.concurrency,
+        # a run's route changes apply in stream order (a deletion after a routing)
+        ordered_by_run=True,
     )
     try:
         await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)

@@ -145,14 +145,19 @@ class PromoterHandlers:
     async def _restore(
         self, event: Envelope, revision: str, release: str, reason: Reason, message: str
     ) -> None:
-        if await observe_saga(self._bus, event) is SagaState.ENDED:
+        state = await observe_saga(self._bus, event)
+        if state is SagaState.ENDED:
             return
-        entry = await self._routes.update(
-            namespace=event.namespace,
-            name=event.name,
-            change=lambda current: logic.without_canary(
+
+        def restore(current: RouteEntry | None) -> RouteEntry | None:
+            if current is None and state is SagaState.SUPERSEDED:
+                return None  # the run moved on (or is being deleted): create no route for it
+            return logic.without_canary(
                 current, namespace=event.namespace, name=event.name, saga_id=event.sagaid
-            ),
+            )
+
+        entry = await self._routes.update(
+            namespace=event.namespace, name=event.name, change=restore
         )
         restored = RouteRestored(
             revision=revision,

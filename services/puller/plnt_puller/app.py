@@ -5,6 +5,8 @@
 """
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
@@ -18,7 +20,7 @@ from plnt_puller.adapters.registries import RegistryByScheme
 from plnt_puller.adapters.s3_registry import S3Registry
 from plnt_puller.adapters.spec_store import ObjectStoreSpecs
 from plnt_puller.handlers import PullHandler
-from plnt_puller.ports import Registry
+from plnt_puller.ports import BackendCatalog, Registry
 from plnt_puller.settings import PullerSettings
 
 SERVICE = "puller"
@@ -41,6 +43,29 @@ def build_registry(settings: PullerSettings) -> Registry:
     )
 
 
+@contextlib.asynccontextmanager
+async def backend_catalog(settings: PullerSettings, bus: Bus) -> AsyncIterator[BackendCatalog]:
+    """The PlntBackend catalog ``settings.backends`` names, closed on exit.
+
+    Raises ``KubernetesUnavailable`` when the Kubernetes API is chosen and neither a
+    kubeconfig nor a service account is found, so a misconfigured puller stops at start-up.
+    """
+    if settings.backends != "kubernetes":
+        yield StoredBackends(store=ResourceStore(bus.resources))
+        return
+    # Imported here so the embedded mode never loads the Kubernetes client.
+    from plnt_common.kube import PlntBackendReader, api_client
+    from plnt_puller.adapters.kube_backends import KubernetesBackends
+
+    reader = PlntBackendReader(
+        api=api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
+    )
+    try:
+        yield KubernetesBackends(reader=reader)
+    finally:
+        await reader.close()
+
+
 def consumer_spec(settings: PullerSettings) -> ConsumerSpec:
     return ConsumerSpec(
         service=SERVICE,
@@ -55,15 +80,18 @@ async def run(settings: PullerSettings, stop: asyncio.Event) -> None:
     """Pull specs until ``stop`` is set; in-flight pulls finish and ack before return."""
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
     try:
-        handler = PullHandler(
-            bus=bus,
-            registry=build_registry(settings),
-            backends=StoredBackends(store=ResourceStore(bus.resources)),
-            specs=ObjectStoreSpecs(store=bus.specs),
-            max_attempts=settings.max_attempts,
-        )
-        consumer = EventConsumer(bus, consumer_spec(settings), handler.handle, handler.on_exhausted)
-        await consumer.run(stop)
+        async with backend_catalog(settings, bus) as backends:
+            handler = PullHandler(
+                bus=bus,
+                registry=build_registry(settings),
+                backends=backends,
+                specs=ObjectStoreSpecs(store=bus.specs),
+                max_attempts=settings.max_attempts,
+            )
+            consumer = EventConsumer(
+                bus, consumer_spec(settings), handler.handle, handler.on_exhausted
+            )
+            await consumer.run(stop)
     finally:
         await bus.close()
 

@@ -28,8 +28,9 @@ class BackendCatalog(Protocol):
     async def get(self, name: str) -> PlntBackendSpec | None:
         """The backend's spec; None when no PlntBackend of that name exists.
 
-        Raises ``BackendUnavailable`` when it exists but cannot be read as a PlntBackend,
-        ``BusUnavailable`` (retryable) when the store did not answer.
+        Raises ``BackendUnavailable`` when it exists but cannot be read as a PlntBackend
+        (or the Kubernetes API refuses the read), ``BusUnavailable`` or
+        ``KubernetesUnavailable`` (retryable) when the store or the API did not answer.
         """
         ...
 

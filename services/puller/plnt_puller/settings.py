@@ -6,7 +6,7 @@ S3 credentials are not settings: boto3 finds them along the standard AWS chain
 metadata), so no secret ever sits in a plnt variable.
 """
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -15,7 +15,7 @@ from plnt_common.settings import CommonSettings
 
 
 class PullerSettings(CommonSettings):
-    """How the puller reaches S3 registries and how hard it retries a pull."""
+    """Where the puller finds PlntBackends, how it reaches S3 registries, how hard it retries."""
 
     model_config = SettingsConfigDict(env_prefix="PLNT_PULLER_", extra="ignore")
 
@@ -60,3 +60,16 @@ class PullerSettings(CommonSettings):
         ),
     )
     concurrency: int = Field(default=16, ge=1, description="Events handled at once per replica.")
+
+    # --- PlntBackends ---------------------------------------------------------------------
+    backends: Literal["embedded", "kubernetes"] = Field(
+        default="embedded",
+        description="Where PlntBackends are read from: the plnt-resources store of the "
+        "embedded mode, or the Kubernetes API (cluster-scoped plntbackends.plnt.work).",
+    )
+    kubeconfig: str = Field(
+        default="",
+        description="With backends=kubernetes: path of a kubeconfig file; empty = standard "
+        "resolution: the KUBECONFIG variable or ~/.kube/config, else the in-cluster service "
+        "account.",
+    )

@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.saga import advance_latest_saga
 from plnt_common.errors import SpecInvalid
 from plnt_common.events import (
     EventType,
@@ -127,6 +128,8 @@ class ResourceLoop:
             generation=facts.generation,
             source=SERVICE,
         )
+        if await advance_latest_saga(self._bus, facts.namespace, facts.name, sagaid) != sagaid:
+            return  # a newer saga is already recorded (another replica saw more)
         if await self._bus.publish(event):
             log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
 
@@ -148,6 +151,8 @@ class ResourceLoop:
             generation=generation,
             source=SERVICE,
         )
+        if await advance_latest_saga(self._bus, namespace, name, sagaid) != sagaid:
+            return
         if await self._bus.publish(event):
             log.info("saga.deletion_requested", sagaid=sagaid)
 

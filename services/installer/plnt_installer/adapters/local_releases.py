@@ -98,9 +98,15 @@ class LocalReleaseBackend:
                 f"release {name} is desired by saga {desired.saga_id}, not {saga_id}"
             )
 
+        seen_ours = False
+
         def ready(current: ObservedRelease | None) -> bool:
+            nonlocal seen_ours
+            if current is None and seen_ours:  # removed (retired, superseded) while we waited
+                raise InstallFailed(f"release {name} was removed while waiting for it")
             if current is None or current.saga_id != saga_id:
                 return False  # not reported yet, or a report of an earlier saga
+            seen_ours = True
             if current.revision != desired.revision:
                 return False
             if current.phase is ReleasePhase.FAILED:

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import urllib3
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
+from kubernetes import client
 
 from plnt_common.errors import Conflict, PlntError, ResourceNotFound
+from plnt_common.errors import KubernetesUnavailable as KubernetesUnavailable  # re-exported
+from plnt_common.kube import api_client
 
 GROUP = "plnt.work"
 VERSION = "v1"
@@ -24,13 +25,6 @@ KIND = "WorkflowRun"
 MERGE_PATCH = "application/merge-patch+json"
 MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 """metav1.MicroTime, the format of Lease and Event times."""
-
-
-class KubernetesUnavailable(PlntError):
-    """The API server did not answer, or answered with a server-side error: try again."""
-
-    retryable = True
-    reason = "KubernetesUnavailable"
 
 
 class KubernetesRejected(PlntError):
@@ -49,30 +43,10 @@ def connect(*, kubeconfig: str, context: str, user_agent: str) -> Any:
     """A ``kubernetes.client.ApiClient``; raises ``KubernetesUnavailable`` without config.
 
     An explicit ``kubeconfig`` wins; otherwise the KUBECONFIG variable or ~/.kube/config,
-    and when neither exists the in-cluster service account, like kubectl and client-go.
+    and when neither exists the in-cluster service account, like kubectl and client-go
+    (``plnt_common.kube.api_client``, shared with the puller and the installer).
     """
-    configuration = client.Configuration()
-    try:
-        if kubeconfig:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig,
-                context=context or None,
-                client_configuration=configuration,
-            )
-        else:
-            try:
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    context=context or None, client_configuration=configuration
-                )
-            except ConfigException:
-                config.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
-    except ConfigException as exc:
-        raise KubernetesUnavailable(f"no usable Kubernetes configuration: {exc}") from None
-    api = client.ApiClient(configuration)
-    api.user_agent = user_agent
-    return api
+    return api_client(kubeconfig=kubeconfig, context=context, user_agent=user_agent)
 
 
 def status_message(body: Any) -> str:

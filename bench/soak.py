@@ -1,0 +1,367 @@
+"""Soak: many WorkflowRuns changing and going away while a chaos loop kills services and
+restarts nats-server; then every promise of the saga is checked.
+
+``python -m bench.soak --runs 200`` (``task soak``) prints a table: sagas, kills, restarts,
+duplicates dropped, lost (must be 0), and the checks. A short version runs in the test
+suite (tests/faults/test_faults_soak.py).
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from nats.js.errors import NoKeysError
+
+from plnt_cli.supervisor import SAGA_SERVICES, StackConfig, Supervisor
+from plnt_cli.up import wait_until_ready
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.history import read_events
+from plnt_common.bus.replay import replay
+from plnt_common.logs import configure_logging
+from plnt_common.nats_server import free_port
+from plnt_common.projection import RunProjection
+from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
+from plnt_common.resource_store import ResourceStore
+from plnt_common.resources import parse_resource
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+FINAL_PHASES = {"Ready", "RolledBack", "Failed"}
+VERSIONS = ("1.0.0", "2.0.0", "3.0.0")
+BROKEN = "3.0.0"
+"""A version whose runner fails every call: its canary is rolled back."""
+
+
+@dataclass
+class SoakReport:
+    runs: int
+    sagas: int = 0
+    kills: int = 0
+    nats_restarts: int = 0
+    service_restarts: int = 0
+    duplicates_dropped: int = 0
+    lost: int = 0
+    double_terminals: int = 0
+    wrong_final_state: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    replay_matches: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.lost == 0
+            and self.double_terminals == 0
+            and not self.wrong_final_state
+            and not self.orphans
+            and self.replay_matches
+        )
+
+    def table(self) -> str:
+        rows = [
+            ("WorkflowRuns", self.runs),
+            ("sagas", self.sagas),
+            ("services killed (SIGKILL)", self.kills),
+            ("nats-server restarts (SIGKILL)", self.nats_restarts),
+            ("service restarts by plnt up", self.service_restarts),
+            ("duplicates dropped (Nats-Msg-Id)", self.duplicates_dropped),
+            ("lost (sagas with no terminal event)", self.lost),
+            ("sagas with two terminal events", self.double_terminals),
+            ("runs not final for their last generation", len(self.wrong_final_state)),
+            ("orphans (routes, releases, runner processes)", len(self.orphans)),
+            ("projection equals replay", "yes" if self.replay_matches else "NO"),
+            ("seconds", f"{self.seconds:.1f}"),
+        ]
+        width = max(len(label) for label, _ in rows)
+        return "\n".join(f"| {label:<{width}} | {value} |" for label, value in rows)
+
+
+def write_registry(registry: Path, names: list[str]) -> None:
+    spec = yaml.safe_load(
+        (EXAMPLES / "registry" / "review-responder" / "1.2.0" / "workflow.yaml").read_text()
+    )
+    for name in names:
+        for version in VERSIONS:
+            document = json.loads(json.dumps(spec))
+            document["metadata"] = {"name": name, "version": version}
+            if version == BROKEN:
+                document["spec"]["steps"] = [
+                    {
+                        "id": "call",
+                        "tool": "http.request",
+                        "with": {"url": "http://127.0.0.1:9/closed"},
+                    }
+                ]
+            target = registry / name / version / "workflow.yaml"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(yaml.safe_dump(document))
+
+
+def run_document(name: str, registry: Path, version: str, percent: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "plnt.work/v1",
+        "kind": "WorkflowRun",
+        "metadata": {"name": name},
+        "spec": {
+            "workflow": {"ref": f"{name}@{version}", "registry": registry.as_uri()},
+            "backend": {"cluster": "gpu-cluster-01", "gpuClass": "nvidia.com/h100"},
+            "canary": {"trafficPercent": percent},
+            "smokeTest": {"invocations": 2, "p95BudgetMs": 5000, "errorBudgetPercent": 0},
+        },
+    }
+
+
+class Soak:
+    def __init__(self, *, runs: int, seed: int, data_dir: Path, chaos_every_s: float) -> None:
+        self.runs = runs
+        self.random = random.Random(seed)
+        self.data_dir = data_dir
+        self.chaos_every_s = chaos_every_s
+        self.report = SoakReport(runs=runs)
+        self.config = StackConfig(
+            data_dir=data_dir,
+            nats_port=free_port(),
+            router_port=free_port(),
+            extra_env={"PLNT_INSTALLER_READY_TIMEOUT_S": "60", "PLNT_LOG_LEVEL": "info"},
+        )
+        self.supervisor = Supervisor(self.config, say=lambda line: None)
+        self.deleted: set[str] = set()
+        self.history: dict[str, list[str]] = {}
+
+    async def run(self) -> SoakReport:
+        started = time.monotonic()
+        self.supervisor.start()
+        try:
+            await wait_until_ready(self.config)
+            bus = await Bus.open(self.config.nats_url, service="soak", wait_for_server=True)
+            try:
+                await self._drive(bus)
+                await self._settle(bus)
+                await self._check(bus)
+            finally:
+                await bus.close()
+        finally:
+            self.supervisor.stop()
+        self.report.service_restarts = sum(s.restarts for s in self.supervisor.services())
+        self.report.duplicates_dropped = self._count_log_events("bus.duplicate_dropped")
+        self.report.seconds = time.monotonic() - started
+        return self.report
+
+    async def _drive(self, bus: Bus) -> None:
+        store = ResourceStore(bus.resources)
+        registry = self.data_dir / "registry"
+        names = [f"soak-{i}" for i in range(self.runs)]
+        write_registry(registry, names)
+        await store.apply(
+            parse_resource(yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text()))
+        )
+        chaos = asyncio.create_task(self._chaos())
+        try:
+            for name in names:  # every run starts, in small bursts
+                await store.apply(parse_resource(run_document(name, registry, "1.0.0", 10)))
+                if self.random.random() < 0.1:
+                    await asyncio.sleep(0.2)
+            for _ in range(self.runs):  # then random spec changes and deletions
+                name = self.random.choice(names)
+                if name in self.deleted:
+                    continue
+                if self.random.random() < 0.15:
+                    await self._delete(store, name)
+                else:
+                    version = self.random.choice(VERSIONS)
+                    percent = self.random.choice((5, 10, 20, 50))
+                    await self._apply(store, name, registry, version, percent)
+                await asyncio.sleep(self.random.uniform(0.05, 0.25))
+        finally:
+            chaos.cancel()
+
+    async def _apply(
+        self, store: ResourceStore, name: str, registry: Path, version: str, percent: int
+    ) -> None:
+        for _ in range(50):  # a run mid-deletion refuses apply: wait for it
+            try:
+                await store.apply(parse_resource(run_document(name, registry, version, percent)))
+                return
+            except Exception:  # Conflict while being deleted
+                await asyncio.sleep(0.1)
+
+    async def _delete(self, store: ResourceStore, name: str) -> None:
+        try:
+            await store.delete("WorkflowRun", "default", name)
+            self.deleted.add(name)
+        except Exception:  # already gone
+            self.deleted.add(name)
+
+    async def _chaos(self) -> None:
+        while True:
+            await asyncio.sleep(self.chaos_every_s)
+            if self.random.random() < 0.2:
+                self.supervisor.restart_nats(kill=True)
+                self.report.nats_restarts += 1
+                continue
+            candidates = [
+                s
+                for s in self.supervisor.services()
+                if s.process is not None and s.name.split("-")[0] in (*SAGA_SERVICES, "local")
+            ]
+            if candidates:
+                victim = self.random.choice(candidates)
+                try:
+                    os.kill(victim.pid, signal.SIGKILL)
+                    self.report.kills += 1
+                except ProcessLookupError:
+                    pass
+
+    async def _settle(self, bus: Bus, timeout_s: float = 600) -> None:
+        """Wait until every run is final for its last generation and deleted runs are gone."""
+        store = ResourceStore(bus.resources)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pending = []
+            for stored in await store.list("WorkflowRun", "default"):
+                status = stored.body.get("status") or {}
+                generation = stored.body["metadata"]["generation"]
+                deleting = bool(stored.body["metadata"].get("deletionTimestamp"))
+                if (
+                    deleting
+                    or status.get("phase") not in FINAL_PHASES
+                    or status.get("observedGeneration") != generation
+                ):
+                    pending.append(stored.body["metadata"]["name"])
+            if not pending and not await self._sagas_without_terminal(bus):
+                await asyncio.sleep(2)  # let trailing retirements finish
+                return
+            await asyncio.sleep(0.5)
+        self.report.wrong_final_state.extend(pending)
+
+    async def _sagas_without_terminal(self, bus: Bus) -> list[str]:
+        ended: set[str] = set()
+        seen: set[str] = set()
+        async for stored in read_events(bus.js):
+            if stored.event is not None:
+                seen.add(stored.event.sagaid)
+                if stored.event.event_type.is_terminal:
+                    ended.add(stored.event.sagaid)
+        return sorted(seen - ended)
+
+    async def _check(self, bus: Bus) -> None:
+        store = ResourceStore(bus.resources)
+        alive = {
+            o.body["metadata"]["name"]: o.body for o in await store.list("WorkflowRun", "default")
+        }
+        for name in self.deleted:
+            if name in alive:
+                self.report.wrong_final_state.append(f"{name} (deleted, still there)")
+        for name, body in alive.items():
+            status = body.get("status") or {}
+            version = body["spec"]["workflow"]["ref"].split("@")[1]
+            generation = body["metadata"]["generation"]
+            if (
+                status.get("phase") == "Ready"
+                and status.get("revision") != f"{version}-g{generation}"
+            ):
+                self.report.wrong_final_state.append(f"{name} Ready on {status.get('revision')}")
+            if status.get("phase") == "Ready" and version == BROKEN:
+                self.report.wrong_final_state.append(f"{name} promoted the broken version")
+        terminals: Counter[str] = Counter()
+        sagas: set[str] = set()
+        self.history: dict[str, list[str]] = {}
+        async for stored in read_events(bus.js):
+            if stored.event is None:
+                continue
+            sagas.add(stored.event.sagaid)
+            self.history.setdefault(stored.event.sagaid, []).append(stored.event.event_type.value)
+            if stored.event.event_type.is_terminal:
+                terminals[stored.event.sagaid] += 1
+        self.report.sagas = len(sagas)
+        lost = sorted(s for s in sagas if terminals[s] == 0)
+        self.report.lost = len(lost)
+        self.report.wrong_final_state.extend(f"saga {s} has no terminal event" for s in lost)
+        self.report.double_terminals = len([s for s in sagas if terminals[s] > 1])
+        await self._find_orphans(bus, set(alive))
+        before = await projections(bus)
+        await replay(bus)
+        self.report.replay_matches = await projections(bus) == before
+
+    async def _find_orphans(self, bus: Bus, alive: set[str]) -> None:
+        for key in await keys(bus.routes):
+            if key.split(".", 1)[1] not in alive:
+                self.report.orphans.append(f"route {key}")
+        releases = await keys(bus.releases)
+        for key in releases:
+            prefix, _, release = key.split(".", 2)
+            if (
+                prefix in (DESIRED_PREFIX, OBSERVED_PREFIX)
+                and release.rsplit("-g", 1)[0] not in alive
+            ):
+                self.report.orphans.append(f"release {key}")
+        root = self.data_dir / "local-backend" / "releases" / "default"
+        for release_dir in root.iterdir() if root.exists() else []:
+            pid_file = release_dir / "runner.pid"
+            if pid_file.exists() and release_dir.name.rsplit("-g", 1)[0] not in alive:
+                self.report.orphans.append(f"runner process {release_dir.name}")
+        for name in alive:  # at most a stable and one canary per run, and only known ones
+            mine = [k for k in releases if k.startswith(f"{DESIRED_PREFIX}.default.{name}-g")]
+            if len(mine) > 2:
+                self.report.orphans.append(f"{name}: {len(mine)} releases")
+
+    def _count_log_events(self, event: str) -> int:
+        count = 0
+        for log in (self.data_dir / "logs").glob("*.log"):
+            count += sum(
+                1 for line in log.read_text(errors="replace").splitlines() if f'"{event}"' in line
+            )
+        return count
+
+
+async def keys(kv: Any) -> list[str]:
+    try:
+        return list(await kv.keys())
+    except NoKeysError:
+        return []
+
+
+async def projections(bus: Bus) -> dict[str, RunProjection]:
+    found = {}
+    for key in await keys(bus.runs):
+        entry = await bus.runs.get(key)
+        if entry.value:
+            found[key] = RunProjection.model_validate_json(entry.value)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--chaos-every", type=float, default=2.0, help="seconds between faults")
+    args = parser.parse_args()
+    configure_logging(level="warning", fmt="console")
+    with tempfile.TemporaryDirectory(prefix="plnt-soak-") as tmp:
+        soak = Soak(
+            runs=args.runs, seed=args.seed, data_dir=Path(tmp), chaos_every_s=args.chaos_every
+        )
+        report = asyncio.run(soak.run())
+    print(report.table())
+    for problem in report.wrong_final_state + report.orphans:
+        print(f"  problem: {problem}")
+    for saga, kinds in soak.history.items():
+        if not any(
+            k in ("run.ready", "run.rolled_back", "run.failed", "run.removed") for k in kinds
+        ):
+            print(f"  {saga}: {' → '.join(kinds)}")
+    sys.exit(0 if report.ok else 1)
+
+
+if __name__ == "__main__":
+    main()
