@@ -38,6 +38,7 @@ from plnt_common.resources import parse_resource
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FINAL_PHASES = {"Ready", "RolledBack", "Failed"}
 VERSIONS = ("1.0.0", "2.0.0", "3.0.0")
+MIN_FAULTS = 4
 BROKEN = "3.0.0"
 """A version whose runner fails every call: its canary is rolled back."""
 
@@ -136,6 +137,7 @@ class Soak:
         )
         self.supervisor = Supervisor(self.config, say=lambda line: None)
         self.deleted: set[str] = set()
+        self.ticks = 0
         self.history: dict[str, list[str]] = {}
 
     async def run(self) -> SoakReport:
@@ -165,6 +167,8 @@ class Soak:
         await store.apply(
             parse_resource(yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text()))
         )
+        self.ticks = 0
+        self.enough_faults = asyncio.Event()
         chaos = asyncio.create_task(self._chaos())
         try:
             for name in names:  # every run starts, in small bursts
@@ -182,6 +186,7 @@ class Soak:
                     percent = self.random.choice((5, 10, 20, 50))
                     await self._apply(store, name, registry, version, percent)
                 await asyncio.sleep(self.random.uniform(0.05, 0.25))
+            await self.enough_faults.wait()  # a short soak still sees a server restart
         finally:
             chaos.cancel()
 
@@ -205,7 +210,10 @@ class Soak:
     async def _chaos(self) -> None:
         while True:
             await asyncio.sleep(self.chaos_every_s)
-            if self.random.random() < 0.2:
+            self.ticks += 1
+            if self.ticks >= MIN_FAULTS:
+                self.enough_faults.set()
+            if self.ticks % 4 == 2:  # every fourth fault takes the server down, the rest a service
                 self.supervisor.restart_nats(kill=True)
                 self.report.nats_restarts += 1
                 continue
