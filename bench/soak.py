@@ -316,7 +316,9 @@ class Soak:
         root = self.data_dir / "local-backend" / "releases" / "default"
         for release_dir in root.iterdir() if root.exists() else []:
             pid_file = release_dir / "runner.pid"
-            if pid_file.exists() and release_dir.name.rsplit("-g", 1)[0] not in alive:
+            if not pid_file.exists() or release_dir.name.rsplit("-g", 1)[0] in alive:
+                continue
+            if process_alive(int(pid_file.read_text().split()[0])):
                 self.report.orphans.append(f"runner process {release_dir.name}")
         for name in alive:  # at most a stable and one canary per run, and only known ones
             mine = [k for k in releases if k.startswith(f"{DESIRED_PREFIX}.default.{name}-g")]
@@ -330,6 +332,15 @@ class Soak:
                 1 for line in log.read_text(errors="replace").splitlines() if f'"{event}"' in line
             )
         return count
+
+
+def process_alive(pid: int) -> bool:
+    """A live process, not a zombie waiting for its parent (a left pid file alone is no orphan)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, OSError):
+        return False
 
 
 async def keys(kv: Any) -> list[str]:
