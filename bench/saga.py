@@ -33,9 +33,12 @@ class SagaStack:
 
     data_dir: Path
     replicas: int = 1
+    fsync: bool = True
 
     def start(self) -> None:
-        self.nats = NatsServer(store_dir=self.data_dir / "nats", port=free_port()).start()
+        self.nats = NatsServer(
+            store_dir=self.data_dir / "nats", port=free_port(), sync_always=self.fsync
+        ).start()
         runner_port = free_port()
         env = dict(
             os.environ,

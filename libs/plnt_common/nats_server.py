@@ -80,13 +80,15 @@ class NatsServer:
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     die_with_parent: bool = True
+    sync_always: bool = True
+    """fsync every write (what plnt up runs); benchmarks may compare without it."""
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> "NatsServer":
-        config = write_config(self.store_dir, self.port)
+        config = write_config(self.store_dir, self.port, sync_always=self.sync_always)
         self.log_path = self.store_dir / "nats-server.log"
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 import yaml
-from nats.js.errors import NoKeysError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
@@ -150,24 +150,32 @@ class Client:
             found.append(stored.event)
         return found
 
-    async def release_keys(self, name: str) -> list[str]:
-        try:
-            keys = await self.bus.releases.keys()
-        except NoKeysError:
-            return []
-        return [
-            k
-            for k in keys
-            if k.split(".", 2)[0] in (DESIRED_PREFIX, OBSERVED_PREFIX)
-            and k.split(".", 2)[2].startswith(f"{name}-g")
-        ]
+    async def release_keys(self, name: str, *, generations: int = 5) -> list[str]:
+        """The run's desired and observed release keys that exist, read one by one."""
+        found = []
+        for generation in range(1, generations + 1):
+            for prefix in (DESIRED_PREFIX, OBSERVED_PREFIX):
+                key = f"{prefix}.default.{name}-g{generation}"
+                try:
+                    entry = await self.bus.releases.get(key)
+                except (KeyNotFoundError, KeyDeletedError):
+                    continue
+                if entry.value:
+                    found.append(key)
+        return found
 
-    async def observed_pids(self, name: str) -> list[int]:
+    async def observed_pids(self, name: str, *, generations: int = 5) -> list[int]:
+        """Pids the local-backend reports for the run's releases (direct reads: a KV key
+        listing is a consumer over the whole bucket and can come back short under load)."""
         pids = []
-        for key in await self.release_keys(name):
-            if key.startswith(OBSERVED_PREFIX):
+        for generation in range(1, generations + 1):
+            try:
+                key = f"{OBSERVED_PREFIX}.default.{name}-g{generation}"
                 entry = await self.bus.releases.get(key)
-                pids.append(int(json.loads(entry.value or b"{}").get("pid", 0)))
+            except (KeyNotFoundError, KeyDeletedError):
+                continue
+            if entry.value:
+                pids.append(int(json.loads(entry.value).get("pid", 0)))
         return pids
 
 

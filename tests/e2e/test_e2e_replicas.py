@@ -48,4 +48,4 @@ async def test_a_burst_on_two_replicas_ends_each_saga_once_with_one_install(
         assert kinds[EventType.RUN_READY] == 1, (name, kinds)
         assert kinds[EventType.CANARY_INSTALLED] == 1, (name, kinds)
         assert sum(n for kind, n in kinds.items() if kind.is_terminal) == 1
-        assert len(await client.observed_pids(name)) == 1
+        assert len(await client.observed_pids(name)) == 1, (name, await client.release_keys(name))

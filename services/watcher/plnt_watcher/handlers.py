@@ -7,20 +7,20 @@ from plnt_common.logs import get_logger
 from plnt_common.metrics import DEPLOY_DURATION
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.logic import FINALIZER, status_document
-from plnt_watcher.ports import ResourceSource
+from plnt_watcher.status_sync import ConvergingStatus
 
 log = get_logger(__name__)
 SERVICE = "watcher"
 
 
 class ProjectionHandlers:
-    def __init__(self, *, bus: Bus, projections: ProjectionStore, source: ResourceSource) -> None:
+    def __init__(self, *, bus: Bus, projections: ProjectionStore, source: ConvergingStatus) -> None:
         self._bus = bus
         self._projections = projections
         self._source = source
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
-        projection, changed = await self._projections.fold(event)
+        projection, changed, revision = await self._projections.fold(event)
         if projection is None:
             log.info("event.no_projection", reason="stale event of a removed run")
             return
@@ -35,8 +35,11 @@ class ProjectionHandlers:
             log.info("run.finalized")
             return
         if changed or event.event_type is EventType.RUN_REQUESTED:
-            await self._source.write_status(
-                namespace=event.namespace, name=event.name, status=status_document(projection)
+            await self._source.write_folded(
+                namespace=event.namespace,
+                name=event.name,
+                status=status_document(projection),
+                revision=revision,
             )
 
     async def on_exhausted(self, event: Envelope, exc: BaseException) -> None:

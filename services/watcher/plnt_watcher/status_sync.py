@@ -44,23 +44,28 @@ class ConvergingStatus:
         await self._source.release_finalizer(namespace=namespace, name=name, finalizer=finalizer)
 
     async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
-        """Write the newest projection's status (``status`` when there is none), and again
-        while the projection moved on during the write. False when the object is gone."""
+        """Write ``status`` and again while the projection moved on meanwhile.
+
+        The projection's revision tells whether it moved: only then is it read and decoded.
+        False when the object is gone.
+        """
+        return await self.write_folded(namespace=namespace, name=name, status=status, revision=0)
+
+    async def write_folded(
+        self, *, namespace: str, name: str, status: dict[str, Any], revision: int
+    ) -> bool:
+        """Write the status folded at projection ``revision`` (0: unknown, read the newest)."""
         for _ in range(MAX_ROUNDS):
-            # The newest fold beats the one this handler made: it narrows the window in
-            # which an older status can land after a newer one.
-            status = await self._newest(namespace, name) or status
+            if not revision:
+                newest = await self._projections.get(namespace=namespace, name=name)
+                if newest is not None and not newest.removed:
+                    status = status_document(newest)
+                revision = await self._projections.revision(namespace=namespace, name=name)
             if not await self._source.write_status(namespace=namespace, name=name, status=status):
                 return False
-            newest = await self._newest(namespace, name)
-            if newest is None or newest == status:
+            now = await self._projections.revision(namespace=namespace, name=name)
+            if now in (0, revision):
                 return True
-            log.info("status.rewritten", namespace=namespace, name=name, phase=newest.get("phase"))
+            log.info("status.rewritten", namespace=namespace, name=name)
+            revision = 0  # moved on while we wrote: write the newest
         return True
-
-    async def _newest(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The projection's status; None once the run is finalized or forgotten."""
-        latest = await self._projections.get(namespace=namespace, name=name)
-        if latest is None or latest.removed:
-            return None
-        return status_document(latest)

@@ -17,6 +17,9 @@ class ProjectionStore:
     def __init__(self, kv: KeyValue, *, reconnects: Reconnects | None = None) -> None:
         self._kv = kv
         self._reconnects = reconnects
+        # What this replica last wrote per key: the next fold tries it first and reads the
+        # bucket only when another replica wrote in between (the update then conflicts).
+        self._written: dict[str, tuple[RunProjection, int]] = {}
 
     async def get(self, *, namespace: str, name: str) -> RunProjection | None:
         projection, _ = await self._get(f"{namespace}.{name}")
@@ -31,28 +34,43 @@ class ProjectionStore:
             return None, entry.revision or 0
         return RunProjection.model_validate_json(entry.value), entry.revision or 0
 
-    async def fold(self, event: Envelope) -> tuple[RunProjection | None, bool]:
-        """Apply ``event``; returns the projection and whether it changed."""
+    async def fold(self, event: Envelope) -> tuple[RunProjection | None, bool, int]:
+        """Apply ``event``; returns the projection, whether it changed, and its revision."""
         key = f"{event.namespace}.{event.name}"
-        for _ in range(CAS_ATTEMPTS):
-            current, revision = await self._get(key)
+        cached = self._written.get(key)
+        for attempt in range(CAS_ATTEMPTS):
+            current: RunProjection | None
+            if cached is not None and attempt == 0:
+                current, revision = cached
+            else:
+                current, revision = await self._get(key)
             if current is None and event.event_type not in OPENING_EVENTS:
-                return None, False
+                return None, False, revision
             updated = apply_event(current or empty_projection(event.namespace, event.name), event)
             if updated == current:
-                return current, False
+                return current, False, revision
             try:
                 payload = updated.model_dump_json().encode()
                 if revision:
-                    await self._kv.update(key, payload, last=revision)
+                    written = await self._kv.update(key, payload, last=revision)
                 else:
-                    await self._kv.create(key, payload)
+                    written = await self._kv.create(key, payload)
             except KeyWrongLastSequenceError:
                 continue
-            return updated, True
+            self._written[key] = (updated, written)
+            return updated, True, written
         raise Conflict(f"projection {key} kept changing")
 
+    async def revision(self, *, namespace: str, name: str) -> int:
+        """The key's current revision (0 when absent), without decoding the projection."""
+        try:
+            entry = await self._kv.get(f"{namespace}.{name}")
+        except (KeyNotFoundError, KeyDeletedError):
+            return 0
+        return entry.revision or 0 if entry.value else 0
+
     async def delete(self, *, namespace: str, name: str) -> None:
+        self._written.pop(f"{namespace}.{name}", None)
         await self._kv.delete(f"{namespace}.{name}")
 
     async def watch(self) -> AsyncIterator[tuple[str, RunProjection | None]]:
