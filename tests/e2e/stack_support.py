@@ -1,21 +1,24 @@
 """Helpers for end-to-end tests: a real embedded stack, specs in a file registry, waits."""
 
 import asyncio
+import contextlib
 import copy
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
+from aiohttp import web
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_events
 from plnt_common.events import Envelope
+from plnt_common.nats_server import free_port
 from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
@@ -183,3 +186,23 @@ async def invoke(url: str, body: dict[str, Any]) -> tuple[int, str, dict[str, An
     async with aiohttp.ClientSession() as http, http.post(url, json=body) as response:
         payload = await response.json()
         return response.status, response.headers.get("x-plnt-revision", ""), payload
+
+
+@contextlib.asynccontextmanager
+async def delayed_endpoint(delay_s: float) -> AsyncIterator[str]:
+    """A real HTTP endpoint that answers ``POST /`` after ``delay_s``: keeps a step busy."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await asyncio.sleep(delay_s)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/", answer)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        await runner.cleanup()

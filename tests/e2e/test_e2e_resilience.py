@@ -8,32 +8,26 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
-from stack_support import Client, invoke, publish_spec, run_document, workflow_named
+from stack_support import (
+    Client,
+    delayed_endpoint,
+    invoke,
+    publish_spec,
+    run_document,
+    workflow_named,
+)
 
 from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
-from plnt_common.nats_server import free_port
 from plnt_common.projection import RunProjection
 
 
 @pytest.fixture
 async def slow_upstream() -> AsyncIterator[str]:
-    """A real HTTP endpoint that answers after 300 ms: keeps a saga's smoke step in flight."""
-
-    async def answer(request: web.Request) -> web.Response:
-        await asyncio.sleep(0.3)
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_post("/slow", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}/slow"
-    await runner.cleanup()
+    """Answers after 300 ms: keeps a saga's smoke step in flight."""
+    async with delayed_endpoint(0.3) as url:
+        yield url
 
 
 async def test_a_spec_change_mid_saga_supersedes_it_and_only_the_newest_generation_is_promoted(

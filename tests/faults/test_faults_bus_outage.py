@@ -7,14 +7,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
-from stack_support import Client, publish_spec, run_document, workflow_named
+from stack_support import Client, delayed_endpoint, publish_spec, run_document, workflow_named
 from test_faults_deadlines_and_deletes import reach
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common import subjects
 from plnt_common.events import EventType
-from plnt_common.nats_server import free_port
 from plnt_common.routes import RouteEntry
 
 OUTAGE_S = 10
@@ -23,19 +21,8 @@ OUTAGE_S = 10
 @pytest.fixture
 async def slow_upstream() -> AsyncIterator[str]:
     """Answers after 400 ms: keeps the smoke step busy across the outage."""
-
-    async def answer(request: web.Request) -> web.Response:
-        await asyncio.sleep(0.4)
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_post("/slow", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}/slow"
-    await runner.cleanup()
+    async with delayed_endpoint(0.4) as url:
+        yield url
 
 
 async def test_a_saga_survives_the_bus_being_unreachable_for_ten_seconds(

@@ -6,14 +6,19 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from stack_fixtures import start_stack
-from stack_support import Client, backend_document, publish_spec, run_document, workflow_named
+from stack_support import (
+    Client,
+    backend_document,
+    delayed_endpoint,
+    publish_spec,
+    run_document,
+    workflow_named,
+)
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
 from plnt_common.events import EventType
-from plnt_common.nats_server import free_port
 
 SMOKING_DEADLINE_S = 3
 
@@ -40,20 +45,9 @@ async def client(stack: Supervisor) -> AsyncIterator[Client]:
 
 @pytest.fixture
 async def silent_upstream() -> AsyncIterator[str]:
-    """An endpoint that accepts the request and never answers (within any test's life)."""
-
-    async def hang(request: web.Request) -> web.Response:
-        await asyncio.sleep(3600)
-        return web.json_response({})
-
-    app = web.Application()
-    app.router.add_post("/hang", hang)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}/hang"
-    await runner.cleanup()
+    """Accepts the request and never answers (within any test's life)."""
+    async with delayed_endpoint(3600) as url:
+        yield url
 
 
 async def test_a_smoke_step_past_its_deadline_is_timed_out_and_compensated(
