@@ -6,6 +6,10 @@ STREAM = "PLNT_EVENTS"
 SUBJECT_PREFIX = "plnt.evt"
 STREAM_SUBJECTS = (f"{SUBJECT_PREFIX}.>",)
 
+DEAD_LETTER_STREAM = "PLNT_DEAD_LETTERS"
+DEAD_LETTER_SUBJECTS = (f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{STREAM}.>",)
+"""The server's advisory for every message a consumer terminated (exhausted or poison)."""
+
 RUNS_BUCKET = "plnt-runs"
 ROUTES_BUCKET = "plnt-routes"
 RESOURCES_BUCKET = "plnt-resources"

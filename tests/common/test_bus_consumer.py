@@ -5,6 +5,7 @@ import asyncio
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer
+from plnt_common.bus.history import read_dead_letters
 from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
 
 
@@ -151,4 +152,35 @@ async def test_events_of_one_run_are_handled_in_order_while_runs_overlap(nats_ur
     await consume_until(bus, spec, handler, exhausted, done)
     assert timeline.index("end a1") < timeline.index("start a2")
     assert timeline.index("end b1") < timeline.index("end a1")
+    await bus.close()
+
+
+async def test_an_exhausted_event_is_kept_as_a_dead_letter_of_its_run(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("doomed"))
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        raise RuntimeError("always fails")
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        done.set()
+
+    spec = ConsumerSpec(
+        service="dead",
+        filters=(subjects.event_filter(EventType.RUN_DELETED),),
+        max_attempts=2,
+        backoff_s=(0.05,),
+    )
+    await consume_until(bus, spec, handler, exhausted, done)
+    for _ in range(50):  # the server's advisory lands a moment after term()
+        letters = await read_dead_letters(bus.js, namespace="default", name="doomed")
+        if letters:
+            break
+        await asyncio.sleep(0.05)
+    assert [(d.consumer, d.event.event_type if d.event else None) for d in letters] == [
+        ("plnt-dead", EventType.RUN_DELETED)
+    ]
+    assert letters[0].deliveries == 2
+    assert await read_dead_letters(bus.js, namespace="default", name="other") == []
     await bus.close()

@@ -4,12 +4,13 @@ An ephemeral pull consumer with no acks reads from the first message in stream o
 it stops at the last sequence that existed when reading began.
 """
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext, api
-from nats.js.errors import FetchTimeoutError
+from nats.js.errors import FetchTimeoutError, NotFoundError
 
 from plnt_common import subjects
 from plnt_common.errors import SpecInvalid
@@ -60,3 +61,50 @@ async def read_events(
                     return
     finally:
         await sub.unsubscribe()
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A stored event some consumer gave up on (exhausted retries, or undecodable)."""
+
+    sequence: int
+    subject: str
+    consumer: str
+    deliveries: int
+    time: str
+    event: Envelope | None
+
+
+async def read_dead_letters(js: JetStreamContext, *, namespace: str, name: str) -> list[DeadLetter]:
+    """The dead letters of one run, from the server's 'terminated' advisories."""
+    try:
+        info = await js.stream_info(subjects.DEAD_LETTER_STREAM)
+    except NotFoundError:
+        return []
+    found = []
+    suffix = f".{namespace}.{name}"
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        try:
+            advisory = json.loads(
+                (await js.get_msg(subjects.DEAD_LETTER_STREAM, seq)).data or b"{}"
+            )
+            original = await js.get_msg(subjects.STREAM, int(advisory["stream_seq"]))
+        except (NotFoundError, KeyError, ValueError):
+            continue  # the advisory or the event itself aged out
+        if not (original.subject or "").endswith(suffix):
+            continue
+        try:
+            event: Envelope | None = decode_event(original.data or b"")
+        except SpecInvalid:
+            event = None
+        found.append(
+            DeadLetter(
+                sequence=int(advisory["stream_seq"]),
+                subject=original.subject or "",
+                consumer=str(advisory.get("consumer", "")),
+                deliveries=int(advisory.get("deliveries", 0)),
+                time=str(advisory.get("timestamp", "")),
+                event=event,
+            )
+        )
+    return found

@@ -4,6 +4,7 @@ Every process calls ``ensure_jetstream`` at start; creating what exists is a no-
 services can start in any order and scale out without a separate migration step.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext, api
@@ -13,6 +14,7 @@ from plnt_common import subjects
 
 DUPLICATE_WINDOW_S = 2 * 60 * 60
 """How long ``Nats-Msg-Id`` deduplicates: longer than any saga step's deadline."""
+DEAD_LETTER_MAX_AGE_S = 30 * 24 * 60 * 60
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ BUCKETS = (
 async def ensure_jetstream(js: JetStreamContext) -> None:
     """Create or update the stream, buckets and object store; safe to call concurrently."""
     await _ensure_stream(js)
+    await _ensure_dead_letters(js)
     for bucket in BUCKETS:
         await _ensure_bucket(js, bucket)
     await _ensure_object_store(js)
@@ -58,6 +61,23 @@ async def _ensure_stream(js: JetStreamContext) -> None:
         except BadRequestError:  # a concurrent starter created it first
             pass
     await js.update_stream(config)
+
+
+async def _ensure_dead_letters(js: JetStreamContext) -> None:
+    """Keep the server's 'message terminated' advisories: ``plnt history``'s dead letters."""
+    config = api.StreamConfig(
+        name=subjects.DEAD_LETTER_STREAM,
+        subjects=list(subjects.DEAD_LETTER_SUBJECTS),
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.LIMITS,
+        max_age=DEAD_LETTER_MAX_AGE_S,
+        description="Advisories of PLNT_EVENTS messages a consumer terminated.",
+    )
+    try:
+        await js.stream_info(subjects.DEAD_LETTER_STREAM)
+    except NotFoundError:
+        with contextlib.suppress(BadRequestError):  # a concurrent starter created it first
+            await js.add_stream(config)
 
 
 async def _ensure_bucket(js: JetStreamContext, bucket: BucketSpec) -> None:

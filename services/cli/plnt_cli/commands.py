@@ -11,7 +11,7 @@ from plnt_cli import render
 from plnt_cli.documents import parse_documents, read_documents
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.history import read_events
+from plnt_common.bus.history import read_dead_letters, read_events
 from plnt_common.bus.replay import ReplayStats
 from plnt_common.bus.replay import replay as replay_bus
 from plnt_common.errors import PlntError, ResourceNotFound, SpecInvalid
@@ -187,7 +187,7 @@ async def history(session: Session, *, name: str, namespace: str) -> str:
     ):
         event = stored.event
         if event is None:
-            rows.append([str(stored.sequence), "-", "-", "-", "(undecodable)", stored.problem])
+            rows.append([str(stored.sequence), "-", "-", "-", "-", "(undecodable)", stored.problem])
             continue
         at = event.time.timestamp()
         first = at if first is None else first
@@ -206,7 +206,22 @@ async def history(session: Session, *, name: str, namespace: str) -> str:
         )
     if not rows:
         raise ResourceNotFound(f"no events for {namespace}/{name} in the stream")
-    return render.table(["SEQ", "TIME", "SINCE START", "STEP", "SAGA", "EVENT", "DETAIL"], rows)
+    timeline = render.table(["SEQ", "TIME", "SINCE START", "STEP", "SAGA", "EVENT", "DETAIL"], rows)
+    dead = await read_dead_letters(session.bus.js, namespace=namespace, name=name)
+    if not dead:
+        return timeline
+    dead_rows = [
+        [
+            str(letter.sequence),
+            letter.consumer,
+            str(letter.deliveries),
+            letter.event.event_type.value if letter.event else "(undecodable)",
+            letter.event.sagaid if letter.event else "-",
+        ]
+        for letter in dead
+    ]
+    table = render.table(["SEQ", "GIVEN UP BY", "DELIVERIES", "EVENT", "SAGA"], dead_rows)
+    return f"{timeline}\n\nDead letters (events a service gave up on):\n{table}"
 
 
 def _detail(data: dict[str, Any]) -> str:
