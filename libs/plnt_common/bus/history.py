@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext, api
-from nats.js.errors import FetchTimeoutError, NotFoundError
+from nats.js.errors import APIError, FetchTimeoutError, NotFoundError
 
 from plnt_common import subjects
 from plnt_common.errors import SpecInvalid
@@ -81,6 +81,8 @@ async def read_dead_letters(js: JetStreamContext, *, namespace: str, name: str) 
         info = await js.stream_info(subjects.DEAD_LETTER_STREAM)
     except NotFoundError:
         return []
+    if info.state.messages == 0:
+        return []
     found = []
     suffix = f".{namespace}.{name}"
     for seq in range(info.state.first_seq, info.state.last_seq + 1):
@@ -89,8 +91,8 @@ async def read_dead_letters(js: JetStreamContext, *, namespace: str, name: str) 
                 (await js.get_msg(subjects.DEAD_LETTER_STREAM, seq)).data or b"{}"
             )
             original = await js.get_msg(subjects.STREAM, int(advisory["stream_seq"]))
-        except (NotFoundError, KeyError, ValueError):
-            continue  # the advisory or the event itself aged out
+        except (APIError, KeyError, ValueError):
+            continue  # the advisory or the event itself aged out (or was never stored)
         if not (original.subject or "").endswith(suffix):
             continue
         try:

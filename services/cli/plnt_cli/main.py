@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -249,4 +250,12 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except KeyboardInterrupt:
         code = 130
+    except Exception as exc:  # a bug: one line for the user, the traceback on request
+        if os.environ.get("PLNT_DEBUG"):
+            raise
+        print(
+            f"plnt: unexpected {type(exc).__name__}: {exc} (PLNT_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        code = 1
     sys.exit(code)
