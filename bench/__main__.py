@@ -1,7 +1,10 @@
-"""``python -m bench``: every figure of the deploy plane in one run, as a markdown table.
+"""``python -m bench``: every figure in one run, as markdown tables.
 
-Starts its own nats-server (and, for apply-to-Ready, the whole embedded stack) on free
-ports; prints the machine and versions so the table can be pasted into docs/benchmarks.md.
+Sections: ``deploy`` (the JetStream hops and apply-to-Ready), ``router`` (against nginx
+and the backend called directly) and ``runner`` (the executor, the step cache,
+backpressure, GPU metrics); ``--only SECTION`` (repeatable) picks some. Each section
+starts its own processes on free ports; the machine and versions are printed so the
+tables can be pasted into docs/benchmarks.md.
 """
 
 import argparse
@@ -16,11 +19,14 @@ from pathlib import Path
 
 from bench.deploy import apply_to_ready
 from bench.hops import raw_hop, saga_hop
+from bench.serving import add_arguments, serving_sections
 from bench.stats import summary_ms
 from plnt_cli.supervisor import StackConfig, Supervisor
 from plnt_cli.up import wait_until_ready
 from plnt_common.logs import configure_logging
 from plnt_common.nats_server import NatsServer, free_port, nats_server_binary
+
+SECTIONS = ("deploy", "router", "runner")
 
 
 def machine() -> str:
@@ -78,10 +84,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--samples", type=int, default=1000, help="hops measured per bus figure")
     parser.add_argument("--deploys", type=int, default=10, help="apply → Ready runs")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=SECTIONS,
+        help="run only this section (repeatable); default: all of them",
+    )
+    add_arguments(parser)
     args = parser.parse_args()
+    sections = args.only or list(SECTIONS)
     configure_logging(level="warning", fmt="console")
-    rows = asyncio.run(bus_figures(args.samples)) + deploy_figures(args.deploys)
     print(f"Machine: {machine()}\n")
+    if "deploy" in sections:
+        deploy_table(args)
+    serving_sections([s for s in sections if s != "deploy"], args)
+
+
+def deploy_table(args: argparse.Namespace) -> None:
+    rows = asyncio.run(bus_figures(args.samples)) + deploy_figures(args.deploys)
+    print("### Deploy plane\n")
     print("| figure | p50 (ms) | p99 (ms) |")
     print("|---|---:|---:|")
     for label, p50, p99 in rows:

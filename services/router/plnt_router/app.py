@@ -7,6 +7,7 @@ SIGTERM/SIGINT. ``main`` is what ``plnt serve router`` calls. No request logic l
 """
 
 import asyncio
+import gc
 import signal
 from collections.abc import AsyncIterator
 
@@ -108,6 +109,7 @@ async def serve(*, settings: RouterSettings, stop: asyncio.Event | None = None) 
         shutdown_timeout=settings.shutdown_grace_s,
     )
     await runner.setup()
+    freeze_startup_objects()
     site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()
     port = runner.addresses[0][1]
@@ -129,6 +131,18 @@ async def serve(*, settings: RouterSettings, stop: asyncio.Event | None = None) 
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
         log.info("router.stopped")
+
+
+def freeze_startup_objects() -> None:
+    """Move every object alive after start-up out of the garbage collector's sight.
+
+    Modules, pydantic schemas, metrics and the app live as long as the process; left in
+    the collector's oldest generation, each full collection walks all of them and stops
+    the event loop for about 15 ms, which showed as the router's p99 at 500 calls/s.
+    Frozen, a full collection only walks what calls allocated since.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def main() -> None:

@@ -9,11 +9,10 @@ Which revision serves a call is ``logic``'s decision; talking to runners is
 ``adapters.upstream``'s job; the endpoints themselves live in ``handlers`` and ``chat``.
 """
 
-import contextlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +70,22 @@ class Call:
     @property
     def workflow(self) -> str:
         return f"{self.namespace}/{self.name}" if self.known else ""
+
+
+class _Slot:
+    """The context manager ``CallPipeline.slot`` returns: a plain class rather than
+    ``contextlib.asynccontextmanager``, whose generator machinery showed in profiles."""
+
+    __slots__ = ("_pipeline",)
+
+    def __init__(self, pipeline: "CallPipeline") -> None:
+        self._pipeline = pipeline
+
+    async def __aenter__(self) -> None:
+        await self._pipeline._acquire_slot()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._pipeline._release_slot()
 
 
 class CallPipeline:
@@ -193,9 +208,14 @@ class CallPipeline:
                 headers[name] = value
         return headers
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold an in-flight slot for the block. Raises 429 when the queue is full."""
+    def slot(self) -> "_Slot":
+        """``async with pipeline.slot():`` holds an in-flight slot for the block.
+
+        Raises 429 on entry when the queue is full.
+        """
+        return _Slot(self)
+
+    async def _acquire_slot(self) -> None:
         try:
             await self._limiter.acquire()
         except QueueFull:
@@ -206,10 +226,9 @@ class CallPipeline:
                 f"{self._limiter.queued} queued); retry later",
                 headers=self._retry_after,
             ) from None
-        try:
-            yield
-        finally:
-            self._limiter.release()
+
+    def _release_slot(self) -> None:
+        self._limiter.release()
 
     async def open(
         self, call: Call, *, body: bytes, headers: dict[str, str], stream: bool

@@ -6,6 +6,7 @@ No request handling and no workflow logic live here.
 """
 
 import asyncio
+import gc
 import os
 import signal
 import socket
@@ -123,6 +124,11 @@ async def serve(settings: RunnerSettings) -> None:
         app, access_log=None, handle_signals=False, shutdown_timeout=settings.shutdown_timeout_s
     )
     await runner.setup()
+    # Start-up objects (modules, pydantic schemas, the executor) live as long as the
+    # process: frozen, a full garbage collection no longer walks them and no longer stops
+    # every in-flight invocation for ~15 ms.
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
