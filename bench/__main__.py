@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench.deploy import apply_to_ready
 from bench.hops import raw_hop, saga_hop
+from bench.saga import saga_section
 from bench.serving import add_arguments, serving_sections
 from bench.stats import summary_ms
 from plnt_cli.supervisor import StackConfig, Supervisor
@@ -26,7 +27,7 @@ from plnt_cli.up import wait_until_ready
 from plnt_common.logs import configure_logging
 from plnt_common.nats_server import NatsServer, free_port, nats_server_binary
 
-SECTIONS = ("deploy", "router", "runner")
+SECTIONS = ("deploy", "saga", "router", "runner")
 
 
 def machine() -> str:
@@ -90,6 +91,10 @@ def main() -> None:
         choices=SECTIONS,
         help="run only this section (repeatable); default: all of them",
     )
+    parser.add_argument("--saga-sequential", type=int, default=30, help="one-at-a-time deploys")
+    parser.add_argument(
+        "--saga-bursts", default="100,1000", help="WorkflowRuns applied at once, comma separated"
+    )
     add_arguments(parser)
     args = parser.parse_args()
     sections = args.only or list(SECTIONS)
@@ -97,7 +102,10 @@ def main() -> None:
     print(f"Machine: {machine()}\n")
     if "deploy" in sections:
         deploy_table(args)
-    serving_sections([s for s in sections if s != "deploy"], args)
+    if "saga" in sections:
+        bursts = tuple(int(size) for size in args.saga_bursts.split(","))
+        saga_section(sequential_runs=args.saga_sequential, bursts=bursts)
+    serving_sections([s for s in sections if s not in ("deploy", "saga")], args)
 
 
 def deploy_table(args: argparse.Namespace) -> None:

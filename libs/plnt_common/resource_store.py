@@ -67,9 +67,9 @@ def _decode(key: str, revision: int, raw: bytes) -> StoredObject:
 
 
 def _encode(body: dict[str, Any]) -> bytes:
-    stored = json.loads(json.dumps(body))
-    stored["metadata"].pop("resourceVersion", None)
-    return json.dumps(stored, separators=(",", ":"), sort_keys=True).encode()
+    """The stored form: resourceVersion is the KV revision, so it is never stored."""
+    metadata = {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}
+    return json.dumps({**body, "metadata": metadata}, separators=(",", ":")).encode()
 
 
 class ResourceStore:
@@ -196,17 +196,20 @@ class ResourceStore:
                 raise ResourceNotFound(
                     f"{kind} {namespace + '/' if namespace else ''}{name} not found"
                 )
-            body = change(json.loads(json.dumps(current.body)))
+            # a private copy to change: the stored body is only ever read back from JSON
+            body = change(json.loads(_encode(current.body)))
             try:
                 if body is None:
                     await self._kv.delete(key, last=current.revision)
                     return None
-                if _encode(body) == _encode(current.body):
+                body["metadata"]["resourceVersion"] = current.metadata.get("resourceVersion")
+                if body == current.body:
                     return current
-                revision = await self._kv.update(key, _encode(body), last=current.revision)
+                payload = _encode(body)
+                revision = await self._kv.update(key, payload, last=current.revision)
             except KeyWrongLastSequenceError:
                 continue
-            return _decode(key, revision, _encode(body))
+            return _decode(key, revision, payload)
         raise Conflict(f"{key} kept changing; gave up after {CAS_ATTEMPTS} attempts")
 
     async def update_status(

@@ -172,7 +172,9 @@ class DeadlineLoop:
         self._projections = projections
         self._deadlines = deadlines
         self._interval_s = interval_s
-        self._known: dict[str, RunProjection] = {}
+        # raw bytes as they stream in; decoded only at a check, and only once per change
+        self._raw: dict[str, bytes] = {}
+        self._known: dict[str, tuple[bytes, RunProjection]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         follower = asyncio.create_task(self._follow())
@@ -188,17 +190,26 @@ class DeadlineLoop:
     async def _follow(self) -> None:
         while True:
             try:
-                async for key, projection in self._projections.watch():
-                    if projection is None:
-                        self._known.pop(key, None)
+                async for key, raw in self._projections.watch_raw():
+                    if raw is None:
+                        self._raw.pop(key, None)
                     else:
-                        self._known[key] = projection
+                        self._raw[key] = raw
             except Exception as exc:  # re-follow after a reconnect
                 log.warning("deadlines.watch_restarted", error=repr(exc))
                 await asyncio.sleep(0.5)
 
+    def _decoded(self) -> list[RunProjection]:
+        for key in set(self._known) - set(self._raw):
+            del self._known[key]
+        for key, raw in list(self._raw.items()):
+            known = self._known.get(key)
+            if known is None or known[0] is not raw:
+                self._known[key] = (raw, RunProjection.model_validate_json(raw))
+        return [projection for _, projection in self._known.values()]
+
     async def check(self, now: datetime) -> None:
-        for projection in list(self._known.values()):
+        for projection in self._decoded():
             overdue = logic.overdue_phase(projection, now=now, deadlines=self._deadlines)
             if overdue is None:
                 continue

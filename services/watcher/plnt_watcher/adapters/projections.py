@@ -73,12 +73,12 @@ class ProjectionStore:
         self._written.pop(f"{namespace}.{name}", None)
         await self._kv.delete(f"{namespace}.{name}")
 
-    async def watch(self) -> AsyncIterator[tuple[str, RunProjection | None]]:
-        """Every projection, then each change; the current ones again after a reconnection."""
+    async def watch_raw(self) -> AsyncIterator[tuple[str, bytes | None]]:
+        """Every projection's stored bytes, then each change (None: deleted)."""
         async for entry in watch_entries(self._kv, reconnects=self._reconnects):
             if entry is None:
                 continue
             if entry.operation in ("DEL", "PURGE") or not entry.value:
                 yield entry.key, None
             else:
-                yield entry.key, RunProjection.model_validate_json(entry.value)
+                yield entry.key, entry.value
