@@ -26,9 +26,9 @@ from puller_support import (
 )
 
 from plnt_common import subjects
+from plnt_common.bus.saga import advance_latest_saga
 from plnt_common.events import Envelope, EventType, RunFailed, SpecPulled, saga_id
 from plnt_common.nats_server import free_port
-from plnt_common.projection import RunProjection
 from plnt_common.status import Reason
 from plnt_common.workflow import MAX_SPEC_BYTES, spec_digest
 
@@ -293,13 +293,8 @@ async def test_a_superseded_saga_fails_as_superseded_without_pulling(
 ) -> None:
     data = workflow_yaml()
     file_source.publish(data)
-    newer = RunProjection(
-        namespace="default",
-        name=RUN_NAME,
-        saga_id=saga_id("default", RUN_NAME, 2),
-        generation=2,
-    )
-    await puller.bus.runs.put(newer.key, newer.model_dump_json().encode())
+    # the watcher records a newer generation's saga as the run's latest before publishing it
+    await advance_latest_saga(puller.bus, "default", RUN_NAME, saga_id("default", RUN_NAME, 2))
     request = await puller.request(run_snapshot(registry=file_source.url, generation=1))
 
     failure = failure_of(await puller.outcome(request))

@@ -2,7 +2,7 @@
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
-from plnt_common.events import Envelope, EventType
+from plnt_common.events import Envelope
 from plnt_common.logs import get_logger
 from plnt_common.metrics import DEPLOY_DURATION
 from plnt_watcher.adapters.projections import ProjectionStore
@@ -34,13 +34,14 @@ class ProjectionHandlers:
             await self._projections.delete(namespace=event.namespace, name=event.name)
             log.info("run.finalized")
             return
-        if changed or event.event_type is EventType.RUN_REQUESTED:
-            await self._source.write_folded(
-                namespace=event.namespace,
-                name=event.name,
-                status=status_document(projection),
-                revision=revision,
-            )
+        # Written even when this delivery changed nothing: an earlier delivery may have
+        # folded the event and then failed to write the status (that is why it came back).
+        await self._source.write_folded(
+            namespace=event.namespace,
+            name=event.name,
+            status=status_document(projection),
+            revision=revision,
+        )
 
     async def on_exhausted(self, event: Envelope, exc: BaseException) -> None:
         """The projection could not take this event: say so loudly; the stream keeps it."""
