@@ -82,7 +82,7 @@ class RunProjection(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}.{self.name}"
+        return run_key(self.namespace, self.name)
 
     @property
     def saga_active(self) -> bool:
@@ -90,6 +90,11 @@ class RunProjection(BaseModel):
         return (bool(self.saga_id) and self.rank < TERMINAL_RANK) or (
             self.deleting and not self.removed
         )
+
+
+def run_key(namespace: str, name: str) -> str:
+    """The run's key in ``plnt-runs``: ``<namespace>.<name>``."""
+    return f"{namespace}.{name}"
 
 
 def empty_projection(namespace: str, name: str) -> RunProjection:
@@ -102,7 +107,7 @@ def fold_into(projections: dict[str, RunProjection], event: Envelope) -> None:
     A run is opened only by ``run.requested`` or ``run.deleted`` and dropped once its
     removal completed (the watcher deletes its key then).
     """
-    key = f"{event.namespace}.{event.name}"
+    key = run_key(event.namespace, event.name)
     current = projections.get(key)
     if current is None:
         if event.event_type not in OPENING_EVENTS:

@@ -11,13 +11,15 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from plnt_common.errors import BackendUnavailable, PlntError
+from plnt_common.errors import KubernetesUnavailable as SharedKubernetesUnavailable
 
 
-class KubernetesUnavailable(BackendUnavailable):
-    """The API server or Helm did not answer, or answered with a server-side error."""
+class KubernetesUnavailable(SharedKubernetesUnavailable, BackendUnavailable):
+    """The API server or Helm did not answer, or answered with a server-side error.
 
-    retryable = True
-    reason = "KubernetesUnavailable"
+    The project's ``KubernetesUnavailable`` (what the shared PlntBackend reader raises),
+    and a ``BackendUnavailable`` for callers that only know backend failures.
+    """
 
 
 class ReleaseBusy(BackendUnavailable):

@@ -8,7 +8,13 @@ from nats.js.kv import KeyValue
 from plnt_common.bus.kv_watch import Reconnects, watch_entries
 from plnt_common.errors import Conflict
 from plnt_common.events import Envelope
-from plnt_common.projection import OPENING_EVENTS, RunProjection, apply_event, empty_projection
+from plnt_common.projection import (
+    OPENING_EVENTS,
+    RunProjection,
+    apply_event,
+    empty_projection,
+    run_key,
+)
 
 CAS_ATTEMPTS = 50
 
@@ -22,7 +28,7 @@ class ProjectionStore:
         self._written: dict[str, tuple[RunProjection, int]] = {}
 
     async def get(self, *, namespace: str, name: str) -> RunProjection | None:
-        projection, _ = await self._get(f"{namespace}.{name}")
+        projection, _ = await self._get(run_key(namespace, name))
         return projection
 
     async def _get(self, key: str) -> tuple[RunProjection | None, int]:
@@ -36,7 +42,7 @@ class ProjectionStore:
 
     async def fold(self, event: Envelope) -> tuple[RunProjection | None, bool, int]:
         """Apply ``event``; returns the projection, whether it changed, and its revision."""
-        key = f"{event.namespace}.{event.name}"
+        key = run_key(event.namespace, event.name)
         cached = self._written.get(key)
         for attempt in range(CAS_ATTEMPTS):
             current: RunProjection | None
@@ -64,14 +70,14 @@ class ProjectionStore:
     async def revision(self, *, namespace: str, name: str) -> int:
         """The key's current revision (0 when absent), without decoding the projection."""
         try:
-            entry = await self._kv.get(f"{namespace}.{name}")
+            entry = await self._kv.get(run_key(namespace, name))
         except (KeyNotFoundError, KeyDeletedError):
             return 0
         return entry.revision or 0 if entry.value else 0
 
     async def delete(self, *, namespace: str, name: str) -> None:
-        self._written.pop(f"{namespace}.{name}", None)
-        await self._kv.delete(f"{namespace}.{name}")
+        self._written.pop(run_key(namespace, name), None)
+        await self._kv.delete(run_key(namespace, name))
 
     async def watch_raw(self) -> AsyncIterator[tuple[str, bytes | None]]:
         """Every projection's stored bytes, then each change (None: deleted)."""
