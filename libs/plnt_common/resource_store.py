@@ -78,17 +78,13 @@ class ResourceStore:
     def __init__(self, kv: KeyValue, *, reconnects: Reconnects | None = None) -> None:
         self._kv = kv
         self._reconnects = reconnects
+        self._written: dict[str, tuple[int, bytes]] = {}
 
     async def get(self, kind: str, namespace: str | None, name: str) -> StoredObject | None:
         """The object, or None when it does not exist."""
         key = object_key(kind, namespace, name)
-        try:
-            entry = await self._kv.get(key)
-        except (KeyNotFoundError, KeyDeletedError):
-            return None
-        if not entry.value:
-            return None
-        return _decode(key, entry.revision or 0, entry.value)
+        stored = await self._read(key)
+        return None if stored is None else _decode(key, *stored)
 
     async def list(self, kind: str, namespace: str | None = None) -> list[StoredObject]:
         prefix = f"{PLURALS[kind]}.{namespace}." if namespace else f"{PLURALS[kind]}."
@@ -190,27 +186,51 @@ class ResourceStore:
         its uid differs from ``uid`` (a newer object of the same name).
         """
         key = object_key(kind, namespace, name)
+        # What this store wrote last: tried first, so a writer that owns an object (the
+        # watcher and its statuses) skips the read; the compare-and-set catches a stale copy.
+        known = self._written.pop(key, None)
         for _ in range(CAS_ATTEMPTS):
-            current = await self.get(kind, namespace, name)
-            if current is None or (uid and current.metadata.get("uid") != uid):
+            cached, known = known, None
+            stored = cached or await self._read(key)
+            if stored is None:
                 raise ResourceNotFound(
                     f"{kind} {namespace + '/' if namespace else ''}{name} not found"
                 )
-            # a private copy to change: the stored body is only ever read back from JSON
-            body = change(json.loads(_encode(current.body)))
+            revision, raw = stored
+            current = _decode(key, revision, raw)
+            if uid and current.metadata.get("uid") != uid:
+                if cached:
+                    continue  # the copy may predate a new object of the same name
+                raise ResourceNotFound(
+                    f"{kind} {namespace + '/' if namespace else ''}{name} not found"
+                )
+            body = change(json.loads(raw))  # a private copy to change
             try:
                 if body is None:
-                    await self._kv.delete(key, last=current.revision)
+                    await self._kv.delete(key, last=revision)
                     return None
                 body["metadata"]["resourceVersion"] = current.metadata.get("resourceVersion")
                 if body == current.body:
+                    if cached:
+                        continue  # "unchanged" is only trusted against the stored object
                     return current
                 payload = _encode(body)
-                revision = await self._kv.update(key, payload, last=current.revision)
+                revision = await self._kv.update(key, payload, last=revision)
             except KeyWrongLastSequenceError:
                 continue
+            self._written[key] = (revision, payload)
             return _decode(key, revision, payload)
         raise Conflict(f"{key} kept changing; gave up after {CAS_ATTEMPTS} attempts")
+
+    async def _read(self, key: str) -> tuple[int, bytes] | None:
+        """The stored (revision, bytes) of ``key``; None when absent."""
+        try:
+            entry = await self._kv.get(key)
+        except (KeyNotFoundError, KeyDeletedError):
+            return None
+        if not entry.value:
+            return None
+        return entry.revision or 0, entry.value
 
     async def update_status(
         self,
@@ -228,12 +248,23 @@ class ResourceStore:
         return await self.mutate(kind, namespace, name, with_status, uid=uid)
 
     async def add_finalizer(
-        self, kind: str, namespace: str | None, name: str, finalizer: str
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        finalizer: str,
+        *,
+        status_if_unset: dict[str, Any] | None = None,
     ) -> None:
+        """Add ``finalizer`` (not to an object being deleted); with ``status_if_unset``,
+        give an object without status that status in the same write."""
+
         def add(body: dict[str, Any]) -> dict[str, Any]:
             finalizers = body["metadata"].setdefault("finalizers", [])
             if finalizer not in finalizers and not body["metadata"].get("deletionTimestamp"):
                 finalizers.append(finalizer)
+            if status_if_unset is not None and not body.get("status"):
+                body["status"] = status_if_unset
             return body
 
         await self.mutate(kind, namespace, name, add)

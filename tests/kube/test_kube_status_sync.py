@@ -25,7 +25,14 @@ class RecordingSource:
         if False:  # pragma: no cover - a source with nothing in it
             yield ("", "", None)
 
-    async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
+    async def add_finalizer(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        finalizer: str,
+        pending_status: dict[str, Any] | None = None,
+    ) -> None:
         return None
 
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:

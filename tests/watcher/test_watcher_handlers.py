@@ -1,10 +1,12 @@
-"""The watcher's event handler against a real nats-server."""
+"""The watcher's event handler and resource loop against a real nats-server."""
 
+import dataclasses
 from typing import Any
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.events import (
+    Envelope,
     EventType,
     RunRequested,
     RunSnapshot,
@@ -13,9 +15,13 @@ from plnt_common.events import (
     new_event,
     saga_id,
 )
-from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
+from plnt_common.resource_store import ResourceStore
+from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec, parse_resource
+from plnt_watcher.adapters.embedded_source import EmbeddedSource
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.handlers import ProjectionHandlers
+from plnt_watcher.logic import FINALIZER
+from plnt_watcher.loops import ResourceLoop
 
 SPEC = WorkflowRunSpec.model_validate(
     {"workflow": {"ref": "wf@1.0.0", "registry": "file:///registry"}, "backend": {"cluster": "c"}}
@@ -76,3 +82,49 @@ async def test_a_redelivered_event_writes_the_status_again(nats_url: str) -> Non
     await handlers.handle(pulled, delivery)
     assert [w["phase"] for w in status.writes] == ["Pulling", "Installing", "Installing"]
     await bus.close()
+
+
+class CountingBus(Bus):
+    """The real bus, counting publishes (our own adapter boundary)."""
+
+    published: int = 0
+
+    async def publish(
+        self, envelope: Envelope, *, step: str = "", deadline_s: float = 60.0
+    ) -> bool:
+        self.published += 1
+        return await super().publish(envelope, step=step, deadline_s=deadline_s)
+
+
+async def test_a_new_run_is_adopted_in_one_write_and_its_echoes_start_nothing(
+    nats_url: str,
+) -> None:
+    opened = await Bus.open(nats_url, service="test")
+    bus = CountingBus(**{f.name: getattr(opened, f.name) for f in dataclasses.fields(Bus)})
+    store = ResourceStore(bus.resources)
+    await bus.resources.purge("workflowruns.default.adopted")
+    created, _ = await store.apply(
+        parse_resource(
+            {
+                "apiVersion": "plnt.work/v1",
+                "kind": "WorkflowRun",
+                "metadata": {"name": "adopted"},
+                "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
+            }
+        )
+    )
+    loop = ResourceLoop(
+        bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
+    )
+    await loop._on_change("default", "adopted", created.body)
+    adopted = await store.get("WorkflowRun", "default", "adopted")
+    assert adopted is not None
+    assert adopted.revision == created.revision + 1  # finalizer and Pending together
+    assert adopted.body["status"] == {"phase": "Pending"}
+    assert adopted.body["metadata"]["finalizers"] == [FINALIZER]
+    assert bus.published == 1
+    await loop._on_change("default", "adopted", adopted.body)  # the echo of that write
+    assert bus.published == 1
+    again = await store.get("WorkflowRun", "default", "adopted")
+    assert again is not None and again.revision == adopted.revision
+    await opened.close()

@@ -63,6 +63,11 @@ def decide(facts: ResourceFacts, projection: RunProjection | None) -> list[Actio
     return actions
 
 
+def adopted(facts: ResourceFacts) -> bool:
+    """The finalizer is on and no delete is pending: only a new generation needs a saga."""
+    return FINALIZER in facts.finalizers and not facts.deleting
+
+
 def settled(body: dict[str, Any]) -> bool:
     """The status already reflects this generation, the finalizer is on, no delete pending.
 

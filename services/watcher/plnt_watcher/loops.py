@@ -25,6 +25,7 @@ from plnt_watcher.handlers import SERVICE
 from plnt_watcher.ports import ResourceSource
 
 log = get_logger(__name__)
+PENDING_STATUS = {"phase": "Pending"}
 
 
 class ResourceLoop:
@@ -34,6 +35,9 @@ class ResourceLoop:
         self._bus = bus
         self._source = source
         self._projections = projections
+        # (uid, generation) whose saga this loop requested, per run: the echoes of its own
+        # writes before the first fold need no decision (deciding again is only idempotent).
+        self._requested: dict[tuple[str, str], tuple[str, int]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -47,12 +51,30 @@ class ResourceLoop:
     async def _on_change(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
         if body is not None and logic.settled(body):
             return  # most changes are our own status writes: nothing to decide
-        projection = await self._projections.get(namespace=namespace, name=name)
         if body is None:
+            self._requested.pop((namespace, name), None)
+            projection = await self._projections.get(namespace=namespace, name=name)
             await self._on_gone(namespace, name, projection)
             return
         facts = logic.ResourceFacts.from_body(body)
-        for action in logic.decide(facts, projection):
+        if logic.adopted(facts) and self._requested.get((namespace, name)) == (
+            facts.uid,
+            facts.generation,
+        ):
+            return
+        projection = await self._projections.get(namespace=namespace, name=name)
+        actions = logic.decide(facts, projection)
+        if logic.Action.ADD_FINALIZER in actions and logic.Action.WRITE_PENDING in actions:
+            actions.remove(logic.Action.WRITE_PENDING)  # written with the finalizer, at once
+            pending = None if body.get("status") else dict(PENDING_STATUS)
+            await self._source.add_finalizer(
+                namespace=namespace,
+                name=name,
+                finalizer=logic.FINALIZER,
+                pending_status=pending,
+            )
+            actions.remove(logic.Action.ADD_FINALIZER)
+        for action in actions:
             await self._act(action, facts, body, projection)
 
     async def _on_gone(self, namespace: str, name: str, projection: RunProjection | None) -> None:
@@ -78,7 +100,7 @@ class ResourceLoop:
             case logic.Action.WRITE_PENDING:
                 if not body.get("status"):
                     await self._source.write_status(
-                        namespace=facts.namespace, name=facts.name, status={"phase": "Pending"}
+                        namespace=facts.namespace, name=facts.name, status=dict(PENDING_STATUS)
                     )
             case logic.Action.REQUEST_SAGA:
                 await self._request_saga(facts, body)
@@ -128,10 +150,11 @@ class ResourceLoop:
             generation=facts.generation,
             source=SERVICE,
         )
-        if await advance_latest_saga(self._bus, facts.namespace, facts.name, sagaid) != sagaid:
-            return  # a newer saga is already recorded (another replica saw more)
-        if await self._bus.publish(event):
+        latest = await advance_latest_saga(self._bus, facts.namespace, facts.name, sagaid)
+        # (another latest: a newer saga is already recorded, another replica saw more)
+        if latest == sagaid and await self._bus.publish(event):
             log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
+        self._requested[(facts.namespace, facts.name)] = (facts.uid, facts.generation)
 
     async def _request_deletion(
         self, namespace: str, name: str, projection: RunProjection | None

@@ -10,8 +10,16 @@ class ResourceSource(Protocol):
     def watch(self) -> AsyncIterator[tuple[str, str, dict[str, Any] | None]]:
         """(namespace, name, body) for every object, then for each change; None body = gone."""
 
-    async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
-        """Add ``finalizer`` unless present or the object is being deleted."""
+    async def add_finalizer(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        finalizer: str,
+        pending_status: dict[str, Any] | None = None,
+    ) -> None:
+        """Add ``finalizer`` unless present or the object is being deleted; with
+        ``pending_status``, also give an object that has no status yet that one."""
 
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
         """Remove ``finalizer``; an object marked for deletion then goes away."""

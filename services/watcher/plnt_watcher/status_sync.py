@@ -37,8 +37,17 @@ class ConvergingStatus:
     def watch(self) -> AsyncIterator[tuple[str, str, dict[str, Any] | None]]:
         return self._source.watch()
 
-    async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
-        await self._source.add_finalizer(namespace=namespace, name=name, finalizer=finalizer)
+    async def add_finalizer(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        finalizer: str,
+        pending_status: dict[str, Any] | None = None,
+    ) -> None:
+        await self._source.add_finalizer(
+            namespace=namespace, name=name, finalizer=finalizer, pending_status=pending_status
+        )
 
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
         await self._source.release_finalizer(namespace=namespace, name=name, finalizer=finalizer)

@@ -22,9 +22,18 @@ class EmbeddedSource:
             _, namespace, name = key.split(".", 2)
             yield namespace, name, stored.body if stored else None
 
-    async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
+    async def add_finalizer(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        finalizer: str,
+        pending_status: dict[str, Any] | None = None,
+    ) -> None:
         with contextlib.suppress(ResourceNotFound):  # deleted meanwhile: the watch says so
-            await self._store.add_finalizer(KIND, namespace, name, finalizer)
+            await self._store.add_finalizer(
+                KIND, namespace, name, finalizer, status_if_unset=pending_status
+            )
 
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
         with contextlib.suppress(ResourceNotFound):

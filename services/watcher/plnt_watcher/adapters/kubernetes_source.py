@@ -271,8 +271,19 @@ class KubernetesSource:
             f"WorkflowRun {namespace}/{name} kept changing while its finalizers were edited"
         )
 
-    async def add_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
-        """Add ``finalizer`` unless present or the object is being deleted; None if gone."""
+    async def add_finalizer(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        finalizer: str,
+        pending_status: dict[str, Any] | None = None,
+    ) -> None:
+        """Add ``finalizer`` unless present or the object is being deleted; None if gone.
+
+        Finalizers and status are separate writes in the API (the status subresource):
+        ``pending_status`` follows the finalizer when the object still has no status.
+        """
 
         def add(finalizers: list[str], meta: dict[str, Any]) -> list[str]:
             if finalizer in finalizers or meta.get("deletionTimestamp"):
@@ -280,6 +291,8 @@ class KubernetesSource:
             return [*finalizers, finalizer]
 
         await self._edit_finalizers(namespace, name, add)
+        if pending_status is not None:
+            await self._write_status_if_unset(namespace, name, pending_status)
 
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
         """Remove ``finalizer``; an object marked for deletion with none left goes away."""
@@ -294,13 +307,23 @@ class KubernetesSource:
         ``conflict_attempts`` conflicting writes. ``status`` is written as given,
         ``observedGeneration`` included.
         """
+        return await self._replace_status(namespace, name, status)
+
+    async def _write_status_if_unset(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> None:
+        await self._replace_status(namespace, name, status, only_if_unset=True)
+
+    async def _replace_status(
+        self, namespace: str, name: str, status: dict[str, Any], *, only_if_unset: bool = False
+    ) -> bool:
         for attempt in range(self._attempts):
             try:
                 current = await self._get(namespace, name)
             except ResourceNotFound:
                 return False
             previous = current.get("status") or {}
-            if previous == status:
+            if previous == status or (only_if_unset and previous):
                 return True
             try:
                 written: dict[str, Any] = await call(
