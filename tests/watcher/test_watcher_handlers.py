@@ -3,8 +3,10 @@
 import dataclasses
 from typing import Any
 
+from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
+from plnt_common.bus.history import read_events
 from plnt_common.events import (
     Envelope,
     EventType,
@@ -128,3 +130,39 @@ async def test_a_new_run_is_adopted_in_one_write_and_its_echoes_start_nothing(
     again = await store.get("WorkflowRun", "default", "adopted")
     assert again is not None and again.revision == adopted.revision
     await opened.close()
+
+
+async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    store = ResourceStore(bus.resources)
+    await bus.resources.purge("workflowruns.default.short-lived")
+    created, _ = await store.apply(
+        parse_resource(
+            {
+                "apiVersion": "plnt.work/v1",
+                "kind": "WorkflowRun",
+                "metadata": {"name": "short-lived"},
+                "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
+            }
+        )
+    )
+    loop = ResourceLoop(
+        bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
+    )
+    await loop._on_change("default", "short-lived", created.body)
+    # the watch reports it gone while nothing has folded its saga into plnt-runs yet
+    await loop._on_change("default", "short-lived", None)
+    events = [
+        stored.event
+        async for stored in read_events(
+            bus.js, filter_subject=subjects.run_filter("default", "short-lived")
+        )
+        if stored.event is not None
+    ]
+    assert [(e.event_type, e.sagaid) for e in events] == [
+        (EventType.RUN_REQUESTED, "default.short-lived.1.1"),
+        (EventType.RUN_DELETED, "default.short-lived.1.2"),
+    ]
+    await bus.close()

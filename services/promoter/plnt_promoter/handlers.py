@@ -1,5 +1,7 @@
 """Promoter handlers: decode, observe the saga and the route, decide, write, publish."""
 
+import asyncio
+
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
@@ -100,8 +102,10 @@ class PromoterHandlers:
 
     async def _on_pass(self, event: Envelope) -> None:
         data: SmokeVerdict = event.payload()
-        state = await observe_saga(self._bus, event)
-        entry, _ = await self._routes.get(namespace=event.namespace, name=event.name)
+        state, (entry, revision) = await asyncio.gather(
+            observe_saga(self._bus, event),
+            self._routes.get(namespace=event.namespace, name=event.name),
+        )
         verdict = logic.decide_on_pass(state, entry, event.sagaid)
         log.info("smoke.passed.decision", verdict=verdict.value)
         if verdict is logic.Verdict.IGNORE:
@@ -130,7 +134,12 @@ class PromoterHandlers:
                     return None
                 return logic.promoted(current, endpoint)
 
-            await self._routes.update(namespace=event.namespace, name=event.name, change=promote)
+            await self._routes.update(
+                namespace=event.namespace,
+                name=event.name,
+                change=promote,
+                read=(entry, revision),
+            )
         ready = RunReady(
             revision=data.canary.revision,
             endpoint=self._endpoint(event),

@@ -7,7 +7,9 @@ acks); raise to be redelivered with back-off. Publishing twice is safe: the bus 
 ``Nats-Msg-Id`` per saga step, and ``run.failed`` goes through the saga's terminal claim.
 """
 
+import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
@@ -22,6 +24,7 @@ from plnt_common.events import (
     follow_up,
 )
 from plnt_common.logs import get_logger
+from plnt_common.resources import PlntBackendSpec
 from plnt_common.saga import SagaState
 from plnt_puller import logic
 from plnt_puller.ports import BackendCatalog, Registry, SpecStore
@@ -48,18 +51,26 @@ class PullHandler:
         and anything unexpected.
         """
         run = _requested_run(event)
-        state = await observe_saga(self.bus, event)
+        # Reading the spec and the backend changes nothing: start them with the saga check.
+        reads = asyncio.gather(self._fetch(run), self.backends.get(run.spec.backend.cluster))
+        try:
+            state = await observe_saga(self.bus, event)
+        except BaseException:
+            await _discard(reads)
+            raise
         gate = logic.saga_gate(
             ended=state is SagaState.ENDED, superseded=state is SagaState.SUPERSEDED
         )
-        if isinstance(gate, logic.Ignore):
-            log.info("pull.ignored", why=gate.why)
-            return
         if gate is not None:
-            await self._fail(event, gate)
+            await _discard(reads)
+            if isinstance(gate, logic.Ignore):
+                log.info("pull.ignored", why=gate.why)
+            else:
+                await self._fail(event, gate)
             return
         try:
-            pulled = await self._pull(run)
+            raw, backend = await reads
+            pulled = await self._pull(run, raw, backend)
         except Exception as exc:
             failure = logic.failure_for(exc, ref=run.spec.workflow.ref)
             if failure is None:
@@ -76,17 +87,20 @@ class PullHandler:
         )
         await self._fail(event, failure)
 
-    async def _pull(self, run: RunSnapshot) -> SpecPulled:
-        """Fetch, verify, validate, resolve the backend, then store; raises ``PlntError``."""
+    async def _fetch(self, run: RunSnapshot) -> bytes:
         ref = run.spec.workflow
-        raw = await self.registry.fetch(registry=ref.registry, name=ref.name, version=ref.version)
+        return await self.registry.fetch(registry=ref.registry, name=ref.name, version=ref.version)
+
+    async def _pull(
+        self, run: RunSnapshot, raw: bytes, backend: PlntBackendSpec | None
+    ) -> SpecPulled:
+        """Verify, validate, check the backend, then store; raises ``PlntError``."""
+        ref = run.spec.workflow
         digest = logic.verify_integrity(raw=raw, pinned=ref.integrity_hash)
         workflow = logic.validate_spec(raw=raw, name=ref.name, version=ref.version)
         selection = run.spec.backend
-        backend = logic.check_backend(
-            name=selection.cluster,
-            backend=await self.backends.get(selection.cluster),
-            gpu_class=selection.gpu_class,
+        checked = logic.check_backend(
+            name=selection.cluster, backend=backend, gpu_class=selection.gpu_class
         )
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
         stored = await self.specs.put(digest=digest, data=raw)
@@ -96,7 +110,7 @@ class PullHandler:
             digest=digest,
             workflow=workflow,
             backend_name=selection.cluster,
-            backend=backend,
+            backend=checked,
         )
 
     async def _fail(self, event: Envelope, failure: RunFailed) -> None:
@@ -106,6 +120,19 @@ class PullHandler:
         log.warning(
             "pull.failed", reason=failure.reason.value, message=failure.message, published=claimed
         )
+
+
+async def _discard(reads: "asyncio.Future[Any]") -> None:
+    """Cancel reads no longer wanted; their errors do not matter any more."""
+    reads.cancel()
+    try:
+        await reads
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # this handler itself is being cancelled, not just the reads
+    except Exception as exc:
+        log.debug("pull.read_discarded", error=repr(exc))
 
 
 def _requested_run(event: Envelope) -> RunSnapshot:

@@ -35,9 +35,10 @@ class ResourceLoop:
         self._bus = bus
         self._source = source
         self._projections = projections
-        # (uid, generation) whose saga this loop requested, per run: the echoes of its own
-        # writes before the first fold need no decision (deciding again is only idempotent).
-        self._requested: dict[tuple[str, str], tuple[str, int]] = {}
+        # The saga this loop requested per run, with the (uid, generation) it rolls out: the
+        # echoes of its own writes before the first fold need no decision (deciding again
+        # is only idempotent), and a run gone before that fold still gets its deletion.
+        self._requested: dict[tuple[str, str], tuple[str, int, str]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -52,38 +53,57 @@ class ResourceLoop:
         if body is not None and logic.settled(body):
             return  # most changes are our own status writes: nothing to decide
         if body is None:
-            self._requested.pop((namespace, name), None)
+            requested = self._requested.pop((namespace, name), None)
             projection = await self._projections.get(namespace=namespace, name=name)
-            await self._on_gone(namespace, name, projection)
+            await self._on_gone(namespace, name, projection, requested[2] if requested else "")
             return
         facts = logic.ResourceFacts.from_body(body)
-        if logic.adopted(facts) and self._requested.get((namespace, name)) == (
-            facts.uid,
-            facts.generation,
-        ):
+        requested = self._requested.get((namespace, name))
+        if logic.adopted(facts) and requested and requested[:2] == (facts.uid, facts.generation):
             return
         projection = await self._projections.get(namespace=namespace, name=name)
         actions = logic.decide(facts, projection)
-        if logic.Action.ADD_FINALIZER in actions and logic.Action.WRITE_PENDING in actions:
+        adopting = logic.Action.ADD_FINALIZER in actions
+        if adopting:
+            actions.remove(logic.Action.ADD_FINALIZER)
+        pending = None
+        if logic.Action.WRITE_PENDING in actions and adopting:
             actions.remove(logic.Action.WRITE_PENDING)  # written with the finalizer, at once
             pending = None if body.get("status") else dict(PENDING_STATUS)
-            await self._source.add_finalizer(
-                namespace=namespace,
-                name=name,
-                finalizer=logic.FINALIZER,
-                pending_status=pending,
-            )
-            actions.remove(logic.Action.ADD_FINALIZER)
-        for action in actions:
-            await self._act(action, facts, body, projection)
 
-    async def _on_gone(self, namespace: str, name: str, projection: RunProjection | None) -> None:
+        async def adopt() -> None:
+            if adopting:
+                await self._source.add_finalizer(
+                    namespace=namespace,
+                    name=name,
+                    finalizer=logic.FINALIZER,
+                    pending_status=pending,
+                )
+
+        async def act() -> None:
+            for action in actions:
+                await self._act(action, facts, body, projection)
+
+        # The saga need not wait for the finalizer: a run deleted before it is on is still
+        # cleaned up (``_on_gone``), and Pending never replaces a status already written.
+        await asyncio.gather(adopt(), act())
+
+    async def _on_gone(
+        self,
+        namespace: str,
+        name: str,
+        projection: RunProjection | None,
+        requested_saga: str,
+    ) -> None:
+        """The object is gone; ``requested_saga``: the saga this loop started for it, if any."""
         if projection is None:
+            if requested_saga:  # gone before its finalizer landed, its saga not yet folded
+                await self._request_deletion(namespace, name, requested_saga)
             return
         if projection.removed:
             await self._projections.delete(namespace=namespace, name=name)
         elif not projection.deleting:  # deleted without our finalizer: still clean up
-            await self._request_deletion(namespace, name, projection)
+            await self._request_deletion(namespace, name, projection.saga_id)
 
     async def _act(
         self,
@@ -93,10 +113,6 @@ class ResourceLoop:
         projection: RunProjection | None,
     ) -> None:
         match action:
-            case logic.Action.ADD_FINALIZER:
-                await self._source.add_finalizer(
-                    namespace=facts.namespace, name=facts.name, finalizer=logic.FINALIZER
-                )
             case logic.Action.WRITE_PENDING:
                 if not body.get("status"):
                     await self._source.write_status(
@@ -105,7 +121,9 @@ class ResourceLoop:
             case logic.Action.REQUEST_SAGA:
                 await self._request_saga(facts, body)
             case logic.Action.REQUEST_DELETION:
-                await self._request_deletion(facts.namespace, facts.name, projection)
+                await self._request_deletion(
+                    facts.namespace, facts.name, projection.saga_id if projection else ""
+                )
             case logic.Action.RELEASE_FINALIZER:
                 await self._source.release_finalizer(
                     namespace=facts.namespace, name=facts.name, finalizer=logic.FINALIZER
@@ -154,16 +172,15 @@ class ResourceLoop:
         # (another latest: a newer saga is already recorded, another replica saw more)
         if latest == sagaid and await self._bus.publish(event):
             log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
-        self._requested[(facts.namespace, facts.name)] = (facts.uid, facts.generation)
+        self._requested[(facts.namespace, facts.name)] = (facts.uid, facts.generation, sagaid)
 
-    async def _request_deletion(
-        self, namespace: str, name: str, projection: RunProjection | None
-    ) -> None:
-        # Without a projection a first saga (1.1) may be in flight unfolded: start above it,
-        # so the deletion supersedes it instead of sharing its id.
-        generation, attempt = (
-            saga_order(projection.saga_id) if projection and projection.saga_id else (1, 1)
-        )
+    async def _request_deletion(self, namespace: str, name: str, after_saga: str) -> None:
+        """Start the deletion saga above ``after_saga``, the newest known saga of the run.
+
+        Unknown (""): a first saga (1.1) may be in flight unfolded; start above it, so the
+        deletion supersedes it instead of sharing its id.
+        """
+        generation, attempt = saga_order(after_saga) if after_saga else (1, 1)
         sagaid = await self._free_saga_id(namespace, name, generation, after=attempt)
         event = new_event(
             EventType.RUN_DELETED,

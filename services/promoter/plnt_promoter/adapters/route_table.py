@@ -31,15 +31,18 @@ class RouteTable:
         namespace: str,
         name: str,
         change: Callable[[RouteEntry | None], RouteEntry | None],
+        read: tuple[RouteEntry | None, int] | None = None,
     ) -> RouteEntry | None:
         """Apply ``change`` with compare-and-set, retrying on a concurrent write.
 
+        ``read``: the entry and revision the caller just read, tried before reading again.
         ``change`` returning None leaves the table as it is. Raises ``Conflict`` when the
         entry keeps changing.
         """
         key = route_key(namespace, name)
         for _ in range(CAS_ATTEMPTS):
-            current, revision = await self.get(namespace=namespace, name=name)
+            current, revision = read or await self.get(namespace=namespace, name=name)
+            read = None
             updated = change(current)
             if updated is None or updated == current:
                 return current
