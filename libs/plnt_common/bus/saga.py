@@ -34,15 +34,20 @@ async def latest_saga(bus: Bus, namespace: str, name: str) -> tuple[str, int]:
     return (entry.value or b"").decode(), entry.revision or 0
 
 
-async def advance_latest_saga(bus: Bus, namespace: str, name: str, sagaid: str) -> str:
+async def advance_latest_saga(
+    bus: Bus, namespace: str, name: str, sagaid: str, *, read: tuple[str, int] | None = None
+) -> str:
     """Record ``sagaid`` as the run's latest saga unless a newer one is recorded.
 
     A run deleted and created again starts at generation 1; its first saga replaces a
-    latest saga that ended with ``run.removed``. Returns the latest saga id after the call.
+    latest saga that ended with ``run.removed``. ``read``: the record as the caller just
+    read it (``latest_saga``), tried before reading again. Returns the latest saga id
+    after the call.
     """
     key = latest_key(namespace, name)
     for _ in range(CAS_ATTEMPTS):
-        current, revision = await latest_saga(bus, namespace, name)
+        current, revision = read or await latest_saga(bus, namespace, name)
+        read = None
         if current == sagaid:
             return current
         if (

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.saga import advance_latest_saga
+from plnt_common.bus.saga import advance_latest_saga, latest_saga
 from plnt_common.errors import SpecInvalid
 from plnt_common.events import (
     EventType,
@@ -151,7 +151,10 @@ class ResourceLoop:
             )
             return
         assert isinstance(run, WorkflowRun)
-        sagaid = await self._free_saga_id(facts.namespace, facts.name, facts.generation)
+        sagaid, latest = await asyncio.gather(
+            self._free_saga_id(facts.namespace, facts.name, facts.generation),
+            latest_saga(self._bus, facts.namespace, facts.name),
+        )
         snapshot = RunSnapshot(
             namespace=facts.namespace,
             name=facts.name,
@@ -168,9 +171,11 @@ class ResourceLoop:
             generation=facts.generation,
             source=SERVICE,
         )
-        latest = await advance_latest_saga(self._bus, facts.namespace, facts.name, sagaid)
-        # (another latest: a newer saga is already recorded, another replica saw more)
-        if latest == sagaid and await self._bus.publish(event):
+        recorded = await advance_latest_saga(
+            self._bus, facts.namespace, facts.name, sagaid, read=latest
+        )
+        # (another saga recorded: a newer one, another replica saw more)
+        if recorded == sagaid and await self._bus.publish(event):
             log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
         self._requested[(facts.namespace, facts.name)] = (facts.uid, facts.generation, sagaid)
 
