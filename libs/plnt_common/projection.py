@@ -6,8 +6,9 @@ the same records. Events of an older saga change nothing, and applying an event 
 changes nothing more, so late or redelivered events never move a run backwards.
 """
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +50,8 @@ STEP_RANK: dict[EventType, int] = {
 }
 """Order of steps within a saga: an event ranked below what was seen is stale."""
 TERMINAL_RANK = STEP_RANK[EventType.RUN_READY]
+_NO_CANARY = CanaryStatus()
+_NO_SMOKE = SmokeStatus()
 OPENING_EVENTS = frozenset({EventType.RUN_REQUESTED, EventType.RUN_DELETED})
 """Only these may open a projection: anything else for an unknown run is stale."""
 
@@ -120,6 +123,39 @@ def fold_into(projections: dict[str, RunProjection], event: Envelope) -> None:
         projections[key] = updated
 
 
+class ProjectionFold:
+    """``fold_into`` over many events, each run's models built once at the end.
+
+    Each run's changes are kept in a ``_Draft`` instead of copying the frozen models for
+    every event; ``projections()`` equals folding the same events one by one.
+    """
+
+    def __init__(self) -> None:
+        self._drafts: dict[str, _Draft] = {}
+
+    def add(self, event: Envelope) -> None:
+        key = run_key(event.namespace, event.name)
+        draft = self._drafts.get(key)
+        if draft is None:
+            if event.event_type not in OPENING_EVENTS:
+                return
+            draft = self._drafts[key] = _Draft(empty_projection(event.namespace, event.name))
+        draft.apply(event)
+        if draft.removed:
+            del self._drafts[key]
+
+    def projections(self) -> dict[str, RunProjection]:
+        return {key: draft.build() for key, draft in self._drafts.items()}
+
+
+def fold_events(events: Iterable[Envelope]) -> dict[str, RunProjection]:
+    """What ``fold_into`` of every event into an empty dict gives, in one pass."""
+    fold = ProjectionFold()
+    for event in events:
+        fold.add(event)
+    return fold.projections()
+
+
 def apply_event(current: RunProjection, event: Envelope) -> RunProjection:
     """The projection after ``event``: pure, idempotent and independent of arrival order.
 
@@ -128,113 +164,163 @@ def apply_event(current: RunProjection, event: Envelope) -> RunProjection:
     redelivered event fills in what it alone knows and never moves the run backwards;
     folding a saga's events in any order gives the same projection as the stream order.
     """
-    event_type = event.event_type
-    rank = STEP_RANK[event_type]
-    if current.saga_id and saga_order(event.sagaid) < saga_order(current.saga_id):
-        return current  # an older saga: history only
-    base = current if event.sagaid == current.saga_id else _start_saga(current, event)
-    if (
-        base.rank == TERMINAL_RANK
-        and rank == TERMINAL_RANK
-        and base.stamps.get("terminal", (0, "")) != (rank, event.time.isoformat())
-    ):
-        return current  # a second terminal event (never published, but never trusted)
-    stamp = (rank, event.time.isoformat())
-    stamps = dict(base.stamps)
-
-    def newer(field: str) -> bool:
-        if stamps.get(field, (0, "")) <= stamp:
-            stamps[field] = stamp
-            return True
-        return False
-
-    step = _STEP_UPDATES[event_type](base, event)
-    status_step = step.pop("status", {})
-    assert isinstance(status_step, dict)
-    condition_specs = status_step.pop("conditions", [])
-    status_updates = {k: v for k, v in status_step.items() if newer(f"status.{k}")}
-    conditions = base.status.conditions
-    for kind, ok, reason, message in condition_specs:
-        if newer(f"condition.{kind}"):
-            conditions = _condition(conditions, event, kind, ok, reason, message)
-    updates = {k: v for k, v in step.items() if newer(k)}
-    if "phase" in status_updates:
-        updates["phase_since"] = event.time
-    if rank == TERMINAL_RANK:
-        stamps["terminal"] = stamp
-    status = base.status.model_copy(
-        update={
-            "saga_id": event.sagaid,
-            "observed_generation": event.generation,
-            "conditions": conditions,
-            **status_updates,
-        }
-    )
-    return base.model_copy(
-        update={"rank": max(base.rank, rank), "status": status, "stamps": stamps, **updates}
-    )
+    draft = _Draft(current)
+    return draft.build() if draft.apply(event) else current
 
 
-def _start_saga(current: RunProjection, event: Envelope) -> RunProjection:
-    status = current.status.model_copy(
-        update={
-            "canary": CanaryStatus(),
-            "smoke": SmokeStatus(),
-            "message": "",
-            "conditions": (),
-        }
-    )
-    return current.model_copy(
-        update={
-            "saga_id": event.sagaid,
-            "generation": event.generation,
-            "rank": 0,
-            "status": status,
-            "stamps": {},
-        }
-    )
+class _ConditionUpdate(NamedTuple):
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+    since: datetime
+    generation: int
+
+
+class _Draft:
+    """A projection being folded: what events changed, kept in plain dicts.
+
+    ``build`` makes the frozen models once, with the same values (and the same fields
+    marked as set) as copying the models at every event would.
+    """
+
+    def __init__(self, origin: RunProjection) -> None:
+        self.origin = origin
+        self.saga_id = origin.saga_id
+        self.rank = origin.rank
+        self.stamps = dict(origin.stamps)
+        self.conditions = origin.status.conditions
+        self.condition_updates: dict[ConditionType, _ConditionUpdate] = {}
+        self.updates: dict[str, object] = {}
+        self.status_updates: dict[str, object] = {}
+
+    @property
+    def stable_revision(self) -> str:
+        value = self.updates.get("stable_revision", self.origin.stable_revision)
+        assert isinstance(value, str)
+        return value
+
+    @property
+    def removed(self) -> bool:
+        return bool(self.updates.get("removed", self.origin.removed))
+
+    def apply(self, event: Envelope) -> bool:
+        """Fold ``event`` in; False when it changes nothing (an older saga, a second end)."""
+        event_type = event.event_type
+        rank = STEP_RANK[event_type]
+        if self.saga_id and saga_order(event.sagaid) < saga_order(self.saga_id):
+            return False  # an older saga: history only
+        stamp = (rank, event.time.isoformat())
+        if event.sagaid != self.saga_id:
+            self._start_saga(event)
+        elif (
+            self.rank == TERMINAL_RANK
+            and rank == TERMINAL_RANK
+            and self.stamps.get("terminal", (0, "")) != stamp
+        ):
+            return False  # a second terminal event (never published, but never trusted)
+        stamps = self.stamps
+
+        def newer(field: str) -> bool:
+            if stamps.get(field, (0, "")) <= stamp:
+                stamps[field] = stamp
+                return True
+            return False
+
+        step = _STEP_UPDATES[event_type](self, event)
+        status_step = step.pop("status", {})
+        assert isinstance(status_step, dict)
+        condition_specs = status_step.pop("conditions", [])
+        status_updates, updates = self.status_updates, self.updates
+        for field, value in status_step.items():
+            if newer(f"status.{field}"):
+                status_updates[field] = value
+                if field == "phase":
+                    updates["phase_since"] = event.time
+        for kind, ok, reason, message in condition_specs:
+            if newer(f"condition.{kind}"):
+                self._set_condition(event, kind, ok, reason, message)
+        for field, value in step.items():
+            if newer(field):
+                updates[field] = value
+        if rank == TERMINAL_RANK:
+            stamps["terminal"] = stamp
+        self.rank = max(self.rank, rank)
+        status_updates["saga_id"] = event.sagaid
+        status_updates["observed_generation"] = event.generation
+        return True
+
+    def build(self) -> RunProjection:
+        """The projection with every change applied."""
+        status = self.origin.status.model_copy(
+            update={**self.status_updates, "conditions": self._built_conditions()}
+        )
+        return self.origin.model_copy(
+            update={
+                **self.updates,
+                "rank": self.rank,
+                "status": status,
+                "stamps": self.stamps,
+            }
+        )
+
+    def _start_saga(self, event: Envelope) -> None:
+        self.saga_id = event.sagaid
+        self.rank = 0
+        self.stamps = {}
+        self.conditions = ()
+        self.condition_updates.clear()
+        self.updates.update(saga_id=event.sagaid, generation=event.generation)
+        self.status_updates.update(canary=_NO_CANARY, smoke=_NO_SMOKE, message="")
+
+    def _set_condition(
+        self, event: Envelope, kind: ConditionType, ok: bool, reason: str, message: str
+    ) -> None:
+        """Replace one condition, keeping lastTransitionTime when the status did not change."""
+        new_status: Literal["True", "False"] = "True" if ok else "False"
+        previous = self.condition_updates.get(kind)
+        if previous is not None:
+            since = previous.since if previous.status == new_status else event.time
+        else:
+            kept = next((c for c in self.conditions if c.type == kind), None)
+            since = (
+                kept.last_transition_time
+                if kept is not None and kept.status == new_status
+                else event.time
+            )
+        self.condition_updates[kind] = _ConditionUpdate(
+            new_status, reason, message, since, event.generation
+        )
+
+    def _built_conditions(self) -> tuple[Condition, ...]:
+        if not self.condition_updates:
+            return self.conditions
+        others = [c for c in self.conditions if c.type not in self.condition_updates]
+        updated = [
+            Condition(
+                type=kind,
+                status=update.status,
+                reason=update.reason,
+                message=update.message,
+                last_transition_time=update.since,
+                observed_generation=update.generation,
+            )
+            for kind, update in self.condition_updates.items()
+        ]
+        return tuple(sorted((*others, *updated), key=lambda c: CONDITION_ORDER[c.type]))
 
 
 CONDITION_ORDER = {kind: index for index, kind in enumerate(ConditionType)}
 
 
-def _condition(
-    conditions: tuple[Condition, ...],
-    event: Envelope,
-    kind: ConditionType,
-    ok: bool,
-    reason: str,
-    message: str = "",
-) -> tuple[Condition, ...]:
-    """Replace one condition, keeping lastTransitionTime when the status did not change."""
-    new_status: Literal["True", "False"] = "True" if ok else "False"
-    previous = next((c for c in conditions if c.type == kind), None)
-    since = (
-        previous.last_transition_time
-        if previous is not None and previous.status == new_status
-        else event.time
-    )
-    condition = Condition(
-        type=kind,
-        status=new_status,
-        reason=reason,
-        message=message,
-        last_transition_time=since,
-        observed_generation=event.generation,
-    )
-    others = [c for c in conditions if c.type != kind]
-    return tuple(sorted((*others, condition), key=lambda c: CONDITION_ORDER[c.type]))
-
-
 ConditionSpec = tuple[ConditionType, bool, str, str]
 
 
-def _with(current: RunProjection, event: Envelope, *pairs: ConditionSpec) -> list[ConditionSpec]:
+def _with(current: _Draft, event: Envelope, *pairs: ConditionSpec) -> list[ConditionSpec]:
     """The conditions a step sets; ``apply_event`` merges each by its stamp."""
     return list(pairs)
 
 
-def _requested(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _requested(current: _Draft, event: Envelope) -> dict[str, object]:
     conditions = _with(
         current, event, (ConditionType.READY, False, Reason.PROGRESSING, "rolling out")
     )
@@ -244,7 +330,7 @@ def _requested(current: RunProjection, event: Envelope) -> dict[str, object]:
     }
 
 
-def _pulled(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _pulled(current: _Draft, event: Envelope) -> dict[str, object]:
     data: SpecPulled = event.payload()
     conditions = _with(
         current,
@@ -266,7 +352,7 @@ def _pulled(current: RunProjection, event: Envelope) -> dict[str, object]:
     }
 
 
-def _installed(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _installed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: CanaryInstalled = event.payload()
     percent = data.run.spec.canary.traffic_percent
     conditions = _with(
@@ -294,7 +380,7 @@ def _smoke_status(data: SmokeVerdict) -> SmokeStatus:
     )
 
 
-def _smoke_passed(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _smoke_passed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: SmokeVerdict = event.payload()
     conditions = _with(
         current, event, (ConditionType.SMOKE_PASSED, True, Reason.SUCCEEDED, data.figures.reason)
@@ -309,7 +395,7 @@ def _smoke_passed(current: RunProjection, event: Envelope) -> dict[str, object]:
     }
 
 
-def _smoke_failed(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _smoke_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: SmokeVerdict = event.payload()
     conditions = _with(
         current,
@@ -326,7 +412,7 @@ def _smoke_failed(current: RunProjection, event: Envelope) -> dict[str, object]:
     }
 
 
-def _install_failed(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _install_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: InstallFailed = event.payload()
     conditions = _with(
         current, event, (ConditionType.CANARY_INSTALLED, False, data.reason, data.message)
@@ -336,7 +422,7 @@ def _install_failed(current: RunProjection, event: Envelope) -> dict[str, object
     }
 
 
-def _timed_out(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _timed_out(current: _Draft, event: Envelope) -> dict[str, object]:
     data: StepTimedOut = event.payload()
     return {
         "status": {
@@ -346,7 +432,7 @@ def _timed_out(current: RunProjection, event: Envelope) -> dict[str, object]:
     }
 
 
-def _restored(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _restored(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RouteRestored = event.payload()
     return {
         "status": {
@@ -357,7 +443,7 @@ def _restored(current: RunProjection, event: Envelope) -> dict[str, object]:
     }
 
 
-def _ready(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _ready(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RunReady = event.payload()
     conditions = _with(
         current,
@@ -371,14 +457,14 @@ def _ready(current: RunProjection, event: Envelope) -> dict[str, object]:
             "phase": Phase.READY,
             "revision": data.revision,
             "endpoint": data.endpoint,
-            "canary": CanaryStatus(),
+            "canary": _NO_CANARY,
             "conditions": conditions,
             "message": f"serving {data.revision}",
         },
     }
 
 
-def _rolled_back(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _rolled_back(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RunRolledBack = event.payload()
     still = f"; {data.stable_revision} keeps serving" if data.stable_revision else ""
     conditions = _with(
@@ -387,14 +473,14 @@ def _rolled_back(current: RunProjection, event: Envelope) -> dict[str, object]:
     return {
         "status": {
             "phase": Phase.ROLLED_BACK,
-            "canary": CanaryStatus(),
+            "canary": _NO_CANARY,
             "conditions": conditions,
             "message": f"rolled back {data.revision}: {data.message}{still}",
         }
     }
 
 
-def _failed(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RunFailed = event.payload()
     conditions = _with(
         current,
@@ -404,21 +490,21 @@ def _failed(current: RunProjection, event: Envelope) -> dict[str, object]:
     return {
         "status": {
             "phase": Phase.FAILED,
-            "canary": CanaryStatus(),
+            "canary": _NO_CANARY,
             "conditions": conditions,
             "message": f"{data.reason}: {data.message}",
         }
     }
 
 
-def _deleted(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _deleted(current: _Draft, event: Envelope) -> dict[str, object]:
     return {
         "deleting": True,
         "status": {"phase": Phase.DELETING, "message": "removing routes and releases"},
     }
 
 
-def _removed(current: RunProjection, event: Envelope) -> dict[str, object]:
+def _removed(current: _Draft, event: Envelope) -> dict[str, object]:
     return {"deleting": True, "removed": True, "status": {"message": "removed"}}
 
 

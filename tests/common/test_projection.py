@@ -1,6 +1,7 @@
 """The projection fold: phases per event, stale and duplicate events, order tolerance."""
 
 import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -9,6 +10,7 @@ from plnt_common.events import (
     CanaryRef,
     Envelope,
     EventType,
+    InstallFailed,
     RouteRestored,
     RunDeleted,
     RunFailed,
@@ -24,7 +26,15 @@ from plnt_common.events import (
     new_event,
     saga_id,
 )
-from plnt_common.projection import RunProjection, apply_event, empty_projection, saga_order
+from plnt_common.projection import (
+    STEP_RANK,
+    RunProjection,
+    apply_event,
+    empty_projection,
+    fold_events,
+    fold_into,
+    saga_order,
+)
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Phase, Reason
 
@@ -226,3 +236,133 @@ def test_any_arrival_order_gives_the_projection_of_the_stream_order(saga) -> Non
         order = events[:]
         shuffler.shuffle(order)
         assert fold(order, start) == expected, [e.event_type.value for e in order]
+
+
+# --- fold_events: replay's batched fold gives what fold_into gives, event by event ---------
+
+
+def random_data(
+    kind: EventType, rng: random.Random, namespace: str, name: str, generation: int
+) -> object:
+    """A valid payload of ``kind`` whose fields vary where the fold reads them."""
+    revision = f"1.0.{rng.randint(0, 2)}-g{generation}"
+    stable = rng.choice(["", "1.0.0-g1"])
+    reason = rng.choice([Reason.SMOKE_FAILED, Reason.SUPERSEDED, Reason.INSTALL_FAILED])
+    run = RunSnapshot(namespace=namespace, name=name, generation=generation, spec=SPEC)
+    ref = CanaryRef(revision=revision, release=f"{name}-g{generation}", url="http://127.0.0.1:1")
+    figures = SmokeFigures(
+        invocations=rng.randint(1, 9), p95_ms=rng.random() * 100, passed=rng.random() < 0.5
+    )
+    payloads = {
+        EventType.RUN_REQUESTED: lambda: RunRequested(run=run),
+        EventType.SPEC_PULLED: lambda: SpecPulled(
+            run=run,
+            spec_digest=f"sha256:{rng.randint(0, 9)}",
+            workflow_name="wf",
+            workflow_version="1.0.0",
+            revision=revision,
+            backend_name="local",
+            backend=PlntBackendSpec(type="local"),
+        ),
+        EventType.CANARY_INSTALLED: lambda: CanaryInstalled(run=run, canary=ref),
+        EventType.INSTALL_FAILED: lambda: InstallFailed(
+            reason=reason, message="no", revision=revision, release=ref.release
+        ),
+        EventType.SMOKE_PASSED: lambda: SmokeVerdict(canary=ref, figures=figures),
+        EventType.SMOKE_FAILED: lambda: SmokeVerdict(canary=ref, figures=figures),
+        EventType.STEP_TIMED_OUT: lambda: StepTimedOut(phase="Smoking", deadline_s=5),
+        EventType.ROUTE_RESTORED: lambda: RouteRestored(
+            revision=revision, stable_revision=stable, reason=reason, message=rng.choice(["", "x"])
+        ),
+        EventType.RUN_READY: lambda: RunReady(revision=revision, endpoint=f"http://r/{name}"),
+        EventType.RUN_ROLLED_BACK: lambda: RunRolledBack(
+            revision=revision, stable_revision=stable, reason=reason
+        ),
+        EventType.RUN_FAILED: lambda: RunFailed(reason=reason, message="broken"),
+        EventType.RUN_DELETED: RunDeleted,
+        EventType.RUN_REMOVED: RunRemoved,
+    }
+    return payloads[kind]()
+
+
+def random_history(rng: random.Random, namespace: str = "default") -> list[Envelope]:
+    """Sagas of a few runs: superseded, retried, deleted and removed, with duplicates,
+    equal event times and events of unknown runs; in saga order or shuffled."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    events = []
+    for run in range(rng.randint(1, 3)):
+        name = f"wf{run}"
+        for _ in range(rng.randint(1, 4)):
+            generation, attempt = rng.randint(1, 3), rng.randint(1, 2)
+            kinds = rng.sample(list(EventType), rng.randint(1, 6))
+            if rng.random() < 0.6:
+                kinds.sort(key=lambda kind: STEP_RANK[kind])
+            for kind in kinds:
+                made = new_event(
+                    kind,
+                    random_data(kind, rng, namespace, name, generation),  # type: ignore[arg-type]
+                    namespace=namespace,
+                    name=name,
+                    sagaid=saga_id(namespace, name, generation, attempt),
+                    generation=generation,
+                    source="test",
+                )
+                events.append(
+                    made.model_copy(update={"time": start + timedelta(seconds=rng.randint(0, 9))})
+                )
+    events += rng.sample(events, rng.randint(0, len(events) // 3))  # redeliveries
+    if rng.random() < 0.5:
+        rng.shuffle(events)
+    return events
+
+
+def fold_one_by_one(events: list[Envelope]) -> tuple[dict[str, RunProjection], set[str]]:
+    """``fold_into`` event by event; also every key that was open at some point."""
+    projections: dict[str, RunProjection] = {}
+    opened: set[str] = set()
+    for item in events:
+        fold_into(projections, item)
+        opened |= projections.keys()
+    return projections, opened
+
+
+def test_fold_events_gives_what_fold_into_gives_over_generated_histories() -> None:
+    rng = random.Random(20261130)
+    removed = superseded = 0
+    for _ in range(1500):
+        events = random_history(rng)
+        expected, opened = fold_one_by_one(events)
+        folded = fold_events(events)
+        assert folded == expected
+        assert {k: p.model_dump_json() for k, p in folded.items()} == {
+            k: p.model_dump_json() for k, p in expected.items()
+        }
+        assert [p.model_fields_set for p in folded.values()] == [
+            p.model_fields_set for p in expected.values()
+        ]
+        removed += bool(opened - expected.keys())
+        superseded += any(p.generation > 1 for p in expected.values())
+    assert removed > 100 and superseded > 300  # the histories cover both cases
+
+
+def test_fold_events_drops_a_removed_run_and_reopens_it_on_a_new_request() -> None:
+    deleted = event(EventType.RUN_DELETED, RunDeleted(), attempt=2)
+    removed = event(EventType.RUN_REMOVED, RunRemoved(), attempt=2)
+    again = happy_saga(generation=2)
+    assert fold_events([*happy_saga(), deleted, removed]) == {}
+    assert fold_events([*happy_saga(), deleted, removed, *again]) == {"default.wf": fold(again)}
+
+
+def test_fold_events_ignores_events_of_a_run_no_request_opened() -> None:
+    assert fold_events(happy_saga()[1:]) == {}
+
+
+def test_apply_event_leaves_the_projection_it_was_given_untouched() -> None:
+    rng = random.Random(5)
+    for _ in range(200):
+        projections: dict[str, RunProjection] = {}
+        for item in random_history(rng):
+            current = projections.get(item.name) or empty_projection("default", item.name)
+            before = current.model_dump_json()
+            projections[item.name] = apply_event(current, item)
+            assert current.model_dump_json() == before

@@ -1,0 +1,104 @@
+"""``plnt replay`` against a real nats-server: the batch reader, the fold, only changed writes."""
+
+import gc
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+from test_projection import fold_one_by_one, random_history
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.history import read_payloads
+from plnt_common.bus.replay import collector_paused, replay
+from plnt_common.events import Envelope, EventType
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    opened = await Bus.open(nats_url, service="test")
+    yield opened
+    await opened.close()
+
+
+async def store_histories(bus: Bus, *, seed: int, histories: int) -> list[Envelope]:
+    """Generated histories of runs in namespaces ``ns-<i>``, stored as they are: duplicates
+    included (no ``Nats-Msg-Id``)."""
+    rng = random.Random(seed)
+    events = [e for i in range(histories) for e in random_history(rng, namespace=f"ns-{i}")]
+    for event in events:
+        subject = subjects.event_subject(event.event_type, event.namespace, event.name)
+        await bus.js.publish(subject, event.model_dump_json().encode())
+    return events
+
+
+async def bucket(bus: Bus) -> dict[str, tuple[bytes, int]]:
+    """Every live key's value and revision."""
+    found = {}
+    for key in await bus.runs.keys():
+        entry = await bus.runs.get(key)
+        found[key] = (entry.value or b"", entry.revision or 0)
+    return found
+
+
+async def test_read_payloads_returns_every_stored_message_oldest_first_in_batches(
+    bus: Bus,
+) -> None:
+    events = await store_histories(bus, seed=1, histories=4)
+    batches = [batch async for batch in read_payloads(bus.nc, batch=7)]
+    assert [len(b) for b in batches[:-1]] == [7] * (len(batches) - 1)
+    assert [p for b in batches for p in b] == [e.model_dump_json().encode() for e in events]
+    info = await bus.js.stream_info(subjects.STREAM)
+    assert info.state.consumer_count == 0  # the reader's consumer is gone
+
+
+async def test_read_payloads_keeps_to_its_filter_and_reads_nothing_from_an_empty_stream(
+    bus: Bus,
+) -> None:
+    assert [batch async for batch in read_payloads(bus.nc)] == []
+    events = await store_histories(bus, seed=2, histories=3)
+    deleted = subjects.event_filter(EventType.RUN_DELETED)
+    read = [p async for batch in read_payloads(bus.nc, filter_subject=deleted) for p in batch]
+    assert read == [
+        e.model_dump_json().encode() for e in events if e.event_type is EventType.RUN_DELETED
+    ]
+
+
+async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_stream(
+    bus: Bus,
+) -> None:
+    events = await store_histories(bus, seed=3, histories=40)
+    await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
+    expected, _ = fold_one_by_one(events)
+    assert len(expected) > 20
+    wrong_key, stale_key = next(iter(expected)), "ns-gone.old"
+    await bus.runs.put(wrong_key, b"{}")
+    await bus.runs.put(stale_key, b"{}")
+
+    stats = await replay(bus)
+
+    assert (stats.events, stats.runs) == (len(events) + 1, len(expected))
+    assert {key: value for key, (value, _) in (await bucket(bus)).items()} == {
+        key: projection.model_dump_json().encode() for key, projection in expected.items()
+    }
+
+
+async def test_replay_does_not_rewrite_keys_that_already_hold_the_result(bus: Bus) -> None:
+    await store_histories(bus, seed=4, histories=10)
+    await replay(bus)
+    before = await bucket(bus)
+    await replay(bus)
+    assert await bucket(bus) == before  # same values, same revisions
+
+
+def test_collector_paused_turns_collection_back_on_only_if_it_was_on() -> None:
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
