@@ -172,13 +172,20 @@ async def sequential(url: str, documents: list[dict[str, Any]]) -> list[float]:
     return overheads
 
 
-async def replay_rate(url: str) -> tuple[int, float]:
+async def replay_rate(url: str) -> tuple[int, float, float]:
+    """(events, events/s into the bucket as the watcher left it, events/s into an empty one).
+
+    The first is the usual case (the projection drifted, or is checked): replay writes only
+    keys that differ. The second rebuilds a lost bucket: every key is written.
+    """
     session = await Session.open(url)
     try:
-        stats = await replay(session)
+        kept = await replay(session)
+        await session.bus.js.purge_stream(f"KV_{subjects.RUNS_BUCKET}")
+        rebuilt = await replay(session)
     finally:
         await session.close()
-    return stats.events, stats.events / stats.seconds
+    return kept.events, kept.events / kept.seconds, rebuilt.events / rebuilt.seconds
 
 
 def saga_section(*, sequential_runs: int, bursts: tuple[int, ...]) -> None:
@@ -222,9 +229,20 @@ def saga_section(*, sequential_runs: int, bursts: tuple[int, ...]) -> None:
                     "flat: within 1.2x",
                 )
             )
-            events, rate = asyncio.run(replay_rate(stack.nats.url))
+            events, kept, rebuilt = asyncio.run(replay_rate(stack.nats.url))
             rows.append(
-                (f"plnt replay ({events} events)", f"{rate:,.0f} events/s", "≥ 20,000 events/s")
+                (
+                    f"plnt replay ({events} events), bucket as the watcher left it",
+                    f"{kept:,.0f} events/s",
+                    "≥ 20,000 events/s",
+                )
+            )
+            rows.append(
+                (
+                    f"plnt replay ({events} events), into an empty bucket",
+                    f"{rebuilt:,.0f} events/s",
+                    "≥ 20,000 events/s",
+                )
             )
         finally:
             stack.stop()

@@ -11,6 +11,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, NotFoundError
 
 from plnt_common import subjects
+from plnt_common.bus.kv_batch import bucket_stream
 
 DUPLICATE_WINDOW_S = 2 * 60 * 60
 """How long ``Nats-Msg-Id`` deduplicates: longer than any saga step's deadline."""
@@ -22,10 +23,15 @@ class BucketSpec:
     name: str
     history: int
     description: str
+    atomic_batches: bool = False
+    """Accept atomic batch writes (``kv_batch.put_all``); also turned on for an existing
+    bucket, since it changes nothing for single writes."""
 
 
 BUCKETS = (
-    BucketSpec(subjects.RUNS_BUCKET, 5, "Projection of every WorkflowRun's saga."),
+    BucketSpec(
+        subjects.RUNS_BUCKET, 5, "Projection of every WorkflowRun's saga.", atomic_batches=True
+    ),
     BucketSpec(subjects.ROUTES_BUCKET, 5, "Router table: stable, canary, weight per workflow."),
     BucketSpec(subjects.RESOURCES_BUCKET, 5, "Resource store of the embedded mode."),
     BucketSpec(subjects.RELEASES_BUCKET, 1, "Local backend: desired and observed releases."),
@@ -83,9 +89,20 @@ async def _ensure_dead_letters(js: JetStreamContext) -> None:
 async def _ensure_bucket(js: JetStreamContext, bucket: BucketSpec) -> None:
     try:
         await js.key_value(bucket.name)
-        return
     except NotFoundError:  # BucketNotFoundError is one
-        pass
+        await _create_bucket(js, bucket)
+    if bucket.atomic_batches:
+        await _allow_atomic_batches(js, bucket_stream(bucket.name))
+
+
+async def _allow_atomic_batches(js: JetStreamContext, stream: str) -> None:
+    config = (await js.stream_info(stream)).config
+    if not config.allow_atomic:
+        config.allow_atomic = True
+        await js.update_stream(config)
+
+
+async def _create_bucket(js: JetStreamContext, bucket: BucketSpec) -> None:
     try:
         await js.create_key_value(
             bucket=bucket.name,

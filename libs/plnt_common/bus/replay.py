@@ -7,10 +7,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from nats.js.kv import KeyValue
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
+from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_payloads
+from plnt_common.bus.kv_batch import bucket_stream, put_all
 from plnt_common.errors import SpecInvalid
 from plnt_common.events import decode_event
 from plnt_common.projection import ProjectionFold
@@ -45,21 +47,17 @@ async def replay(bus: Bus) -> ReplayStats:
                 fold.add(event)
     with collector_paused():
         folded = {key: p.model_dump_json().encode() for key, p in fold.projections().items()}
-    stored = await stored_values(bus.runs)
+    stored = await stored_projections(bus)
     stale = [key for key in stored if key not in folded]
     changed = {key: value for key, value in folded.items() if stored.get(key) != value}
-    slots = asyncio.Semaphore(WRITES_IN_FLIGHT)  # independent keys: write them concurrently
+    slots = asyncio.Semaphore(WRITES_IN_FLIGHT)  # independent keys: purge them concurrently
 
     async def purge(key: str) -> None:
         async with slots:
             await bus.runs.purge(key)
 
-    async def put(key: str, payload: bytes) -> None:
-        async with slots:
-            await bus.runs.put(key, payload)
-
     await asyncio.gather(*(purge(key) for key in stale))
-    await asyncio.gather(*(put(key, payload) for key, payload in changed.items()))
+    await put_all(bus.nc, subjects.RUNS_BUCKET, changed)
     return ReplayStats(events=count, runs=len(folded), seconds=time.perf_counter() - started)
 
 
@@ -81,15 +79,38 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-async def stored_values(kv: KeyValue) -> dict[str, bytes]:
-    """Every key's current value (deleted and purged keys left out)."""
-    watcher = await kv.watchall(ignore_deletes=True)
+async def stored_projections(bus: Bus) -> dict[str, bytes]:
+    """Every key of ``plnt-runs`` with its current value (deleted and purged keys left out).
+
+    Read with a watch, then checked against the stream's own list of subjects: nats-py's
+    watch can end its initial values before delivering them, so a key the watch did not
+    report either way is read on its own.
+    """
+    kv = bus.runs
+    watcher = await kv.watchall()
     values: dict[str, bytes] = {}
+    gone: set[str] = set()
     try:
         async for entry in watcher:
             if entry is None:  # the current values have all been delivered
                 break
-            values[entry.key] = entry.value or b""
+            if entry.operation in ("DEL", "PURGE") or not entry.value:
+                gone.add(entry.key)
+            else:
+                values[entry.key] = entry.value
     finally:
         await watcher.stop()  # type: ignore[no-untyped-call]
+    prefix = f"$KV.{subjects.RUNS_BUCKET}."
+    stream = bucket_stream(subjects.RUNS_BUCKET)
+    subjects_held = (await bus.js.stream_info(stream, subjects_filter=prefix + ">")).state.subjects
+    for subject in subjects_held or {}:
+        key = subject.removeprefix(prefix)
+        if key in values or key in gone:
+            continue
+        try:
+            entry = await kv.get(key)
+        except (KeyNotFoundError, KeyDeletedError):
+            continue
+        if entry.value:
+            values[key] = entry.value
     return values
