@@ -6,7 +6,9 @@ bus, the handlers and the projection, not process start-up or smoke traffic.
 """
 
 import asyncio
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,11 +24,13 @@ from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import ManagedProcess
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.kv_watch import watch_entries
 from plnt_common.nats_server import NatsServer, free_port, wait_for_port
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+ENDED = re.compile(rb'"phase":"(Ready|Failed|RolledBack)"')
 SERVICES = ("watcher", "puller", "smoke", "promoter")
 
 
@@ -134,11 +138,14 @@ async def deploy(
     smoke_ms: list[float] = []
 
     async def follow() -> None:
-        async for _, stored in store.watch():
-            if stored is None or stored.kind != "WorkflowRun":
+        # Decodes only the changes that end a run: the harness shares the 2 cores with the
+        # stack, and most changes (each status on the way) are not what it waits for.
+        async for entry in watch_entries(bus.resources):
+            if entry is None or not entry.value or not ENDED.search(entry.value):
                 continue
-            name = stored.body["metadata"]["name"]
-            status = stored.body.get("status") or {}
+            stored = json.loads(entry.value)
+            name = stored["metadata"]["name"]
+            status = stored.get("status") or {}
             if name in pending and status.get("phase") == "Ready":
                 pending.discard(name)
                 latencies.append(time.perf_counter() - applied_at[name])

@@ -9,8 +9,9 @@ the messages pending when its consumer was created.
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -23,6 +24,7 @@ from plnt_common.errors import BusUnavailable, SpecInvalid
 from plnt_common.events import Envelope, decode_event
 
 BATCH = 1000
+T = TypeVar("T")
 BATCH_TIMEOUT_S = 10.0
 """How long one batch of ``read_payloads`` may take before the server counts as gone."""
 END_OF_PULL = frozenset({"404", "408"})
@@ -86,17 +88,39 @@ async def read_payloads(
 ) -> AsyncIterator[list[bytes]]:
     """The payloads of the stored messages matching ``filter_subject``, oldest first.
 
-    ``plnt replay``'s reader, a batch at a time: ``no_wait`` pull requests answered into a
-    callback cost a fraction of ``fetch`` per message, and no message's metadata is
-    parsed. Reads the messages the consumer had pending when it was created. Raises
-    ``BusUnavailable`` when a batch does not arrive within ``BATCH_TIMEOUT_S`` or the
-    server ends a pull with an error status.
+    ``plnt replay``'s reader, a batch at a time (see ``read_batches``).
+    """
+    async for payloads in read_batches(
+        nc, stream=stream, config=_reader_config(filter_subject), keep=_payload, batch=batch
+    ):
+        yield payloads
+
+
+def _payload(msg: Msg) -> bytes:
+    return msg.data
+
+
+async def read_batches(
+    nc: Client,
+    *,
+    stream: str,
+    config: api.ConsumerConfig,
+    keep: Callable[[Msg], T],
+    batch: int = BATCH,
+) -> AsyncIterator[list[T]]:
+    """``keep(msg)`` of every message an ephemeral consumer with ``config`` has pending.
+
+    ``no_wait`` pull requests answered into a callback cost a fraction of ``fetch`` per
+    message, and no message's metadata is parsed. Reads the messages the consumer had
+    pending when it was created (a count the server takes at once, unlike a KV watch's
+    end of initial values). Raises ``BusUnavailable`` when a batch does not arrive within
+    ``BATCH_TIMEOUT_S`` or the server ends a pull with an error status.
     """
     js = nc.jetstream()
-    consumer = await js.add_consumer(stream, _reader_config(filter_subject))
+    consumer = await js.add_consumer(stream, config)
     remaining = consumer.num_pending or 0
     loop = asyncio.get_running_loop()
-    received: list[bytes] = []
+    received: list[T] = []
     wanted = 0
     done: asyncio.Future[str] = loop.create_future()
 
@@ -107,7 +131,7 @@ async def read_payloads(
                 status = headers[api.Header.STATUS.value]
                 done.set_result(f"{status} {headers.get(api.Header.DESCRIPTION.value, '')}")
             return
-        received.append(msg.data)  # only the bytes: the message object is freed at once
+        received.append(keep(msg))  # only what is kept: the message object is freed at once
         if len(received) == wanted and not done.done():
             done.set_result("")
 
@@ -125,11 +149,11 @@ async def read_payloads(
                 raise BusUnavailable(f"reading {stream}: no answer in {BATCH_TIMEOUT_S}s") from None
             if status and status.split(" ", 1)[0] not in END_OF_PULL:
                 raise BusUnavailable(f"reading {stream}: the server answered {status.strip()}")
-            payloads, received = received, []
+            kept, received = received, []
             done = loop.create_future()
-            remaining -= len(payloads)
-            if payloads:
-                yield payloads
+            remaining -= len(kept)
+            if kept:
+                yield kept
             if status:
                 return  # fewer than pending: messages were removed meanwhile
     finally:

@@ -7,17 +7,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from nats.js.errors import KeyDeletedError, KeyNotFoundError
+from nats.aio.msg import Msg
+from nats.js import api
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.history import read_payloads
+from plnt_common.bus.history import read_batches, read_payloads
 from plnt_common.bus.kv_batch import bucket_stream, put_all
 from plnt_common.errors import SpecInvalid
 from plnt_common.events import decode_event
 from plnt_common.projection import ProjectionFold
 
 WRITES_IN_FLIGHT = 64
+KV_OPERATION = "KV-Operation"
+"""The header nats-py's KV sets on delete and purge markers."""
 
 
 @dataclass(frozen=True)
@@ -32,42 +35,44 @@ async def replay(bus: Bus) -> ReplayStats:
 
     Keys whose stored value already is the folded projection are left as they are (an
     unchanged key keeps its revision); every other key is written, stale keys purged.
+    The cyclic garbage collector is paused throughout (see ``collector_paused``).
     """
     started = time.perf_counter()
-    fold = ProjectionFold()
-    count = 0
-    async for batch in read_payloads(bus.nc):
-        count += len(batch)
-        with collector_paused():
+    with collector_paused():
+        fold = ProjectionFold()
+        count = 0
+        async for batch in read_payloads(bus.nc):
+            count += len(batch)
             for payload in batch:
                 try:
                     event = decode_event(payload)
                 except SpecInvalid:
                     continue  # a poison message: history only, as the watcher treats it
                 fold.add(event)
-    with collector_paused():
         folded = {key: p.model_dump_json().encode() for key, p in fold.projections().items()}
-    stored = await stored_projections(bus)
-    stale = [key for key in stored if key not in folded]
-    changed = {key: value for key, value in folded.items() if stored.get(key) != value}
-    slots = asyncio.Semaphore(WRITES_IN_FLIGHT)  # independent keys: purge them concurrently
+        stored = await stored_projections(bus)
+        stale = [key for key in stored if key not in folded]
+        changed = {key: value for key, value in folded.items() if stored.get(key) != value}
+        slots = asyncio.Semaphore(WRITES_IN_FLIGHT)  # independent keys: purge concurrently
 
-    async def purge(key: str) -> None:
-        async with slots:
-            await bus.runs.purge(key)
+        async def purge(key: str) -> None:
+            async with slots:
+                await bus.runs.purge(key)
 
-    await asyncio.gather(*(purge(key) for key in stale))
-    await put_all(bus.nc, subjects.RUNS_BUCKET, changed)
+        await asyncio.gather(*(purge(key) for key in stale))
+        await put_all(bus.nc, subjects.RUNS_BUCKET, changed)
     return ReplayStats(events=count, runs=len(folded), seconds=time.perf_counter() - started)
 
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside the block (which must not await).
+    """No cyclic garbage collection inside the block.
 
-    Decoding and folding a batch allocates a great many objects, most short-lived; the
-    collections they would trigger cost about a tenth of replay's time. Reference
-    counting still frees them, and collection resumes after the block.
+    Replay allocates a great many objects, most short-lived, while what it builds grows:
+    each collection walks all of it again, and together they cost a third of replay's
+    time. Reference counting still frees what is dropped (replay makes few cycles), and
+    collection resumes after the block. The pause is process-wide, also across awaits:
+    meant for a command doing this one job (``plnt replay``), not inside a service.
     """
     if not gc.isenabled():
         yield
@@ -82,35 +87,31 @@ def collector_paused() -> Iterator[None]:
 async def stored_projections(bus: Bus) -> dict[str, bytes]:
     """Every key of ``plnt-runs`` with its current value (deleted and purged keys left out).
 
-    Read with a watch, then checked against the stream's own list of subjects: nats-py's
-    watch can end its initial values before delivering them, so a key the watch did not
-    report either way is read on its own.
+    Read as the bucket stream's last message per key, by a consumer whose pending count
+    the server fixes at creation; nats-py's KV watch can end its initial values before
+    delivering any of them.
     """
-    kv = bus.runs
-    watcher = await kv.watchall()
-    values: dict[str, bytes] = {}
-    gone: set[str] = set()
-    try:
-        async for entry in watcher:
-            if entry is None:  # the current values have all been delivered
-                break
-            if entry.operation in ("DEL", "PURGE") or not entry.value:
-                gone.add(entry.key)
-            else:
-                values[entry.key] = entry.value
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]
     prefix = f"$KV.{subjects.RUNS_BUCKET}."
+    config = api.ConsumerConfig(
+        ack_policy=api.AckPolicy.NONE,
+        deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+        filter_subject=prefix + ">",
+        inactive_threshold=30.0,
+        mem_storage=True,
+    )
+    values: dict[str, bytes] = {}
     stream = bucket_stream(subjects.RUNS_BUCKET)
-    subjects_held = (await bus.js.stream_info(stream, subjects_filter=prefix + ">")).state.subjects
-    for subject in subjects_held or {}:
-        key = subject.removeprefix(prefix)
-        if key in values or key in gone:
-            continue
-        try:
-            entry = await kv.get(key)
-        except (KeyNotFoundError, KeyDeletedError):
-            continue
-        if entry.value:
-            values[key] = entry.value
+    async for batch in read_batches(bus.nc, stream=stream, config=config, keep=_key_value):
+        for subject, value in batch:
+            key = subject.removeprefix(prefix)
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
     return values
+
+
+def _key_value(msg: Msg) -> tuple[str, bytes | None]:
+    """(subject, value), None for a delete or purge marker."""
+    operation = (msg.headers or {}).get(KV_OPERATION)
+    return msg.subject, None if operation in ("DEL", "PURGE") or not msg.data else msg.data
