@@ -2,7 +2,6 @@
 
 import gc
 import random
-from collections.abc import AsyncIterator
 
 import pytest
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
@@ -13,13 +12,6 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_payloads
 from plnt_common.bus.replay import collector_paused, replay
 from plnt_common.events import Envelope, EventType
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    opened = await Bus.open(nats_url, service="test")
-    yield opened
-    await opened.close()
 
 
 async def store_histories(bus: Bus, *, seed: int, histories: int) -> list[Envelope]:

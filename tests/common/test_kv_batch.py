@@ -1,7 +1,5 @@
 """Atomic batch KV writes against a real nats-server (2.12+ feature)."""
 
-from collections.abc import AsyncIterator
-
 import pytest
 from nats.js import api
 from nats.js.errors import KeyNotFoundError
@@ -11,13 +9,6 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.kv_batch import MAX_BATCH, allows_atomic, put_all
 from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.errors import BusUnavailable
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    opened = await Bus.open(nats_url, service="test")
-    yield opened
-    await opened.close()
 
 
 async def test_the_projection_bucket_takes_atomic_batches_and_others_do_not(bus: Bus) -> None:

@@ -4,10 +4,6 @@ A store tries its own last write first instead of reading; these tests make that
 stale on purpose (another store writes in between) and check nothing is lost.
 """
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from plnt_common.bus.bus import Bus
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
@@ -19,14 +15,6 @@ RUN = {
     "metadata": {"name": "wf"},
     "spec": {"workflow": {"ref": "wf@1.0.0", "registry": "file:///r"}, "backend": {"cluster": "c"}},
 }
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.open(nats_url, service="test")
-    await bus.resources.purge("workflowruns.default.wf")
-    yield bus
-    await bus.close()
 
 
 async def test_a_write_over_a_stale_copy_keeps_what_another_writer_wrote(bus: Bus) -> None:

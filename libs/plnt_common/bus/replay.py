@@ -7,20 +7,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from nats.aio.msg import Msg
-from nats.js import api
-
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.history import read_batches, read_payloads
-from plnt_common.bus.kv_batch import bucket_stream, put_all
+from plnt_common.bus.history import read_payloads
+from plnt_common.bus.kv_batch import put_all
+from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.errors import SpecInvalid
 from plnt_common.events import decode_event
 from plnt_common.projection import ProjectionFold
 
 WRITES_IN_FLIGHT = 64
-KV_OPERATION = "KV-Operation"
-"""The header nats-py's KV sets on delete and purge markers."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +46,7 @@ async def replay(bus: Bus) -> ReplayStats:
                     continue  # a poison message: history only, as the watcher treats it
                 fold.add(event)
         folded = {key: p.model_dump_json().encode() for key, p in fold.projections().items()}
-        stored = await stored_projections(bus)
+        stored = await kv_snapshot(bus.nc, subjects.RUNS_BUCKET)
         stale = [key for key in stored if key not in folded]
         changed = {key: value for key, value in folded.items() if stored.get(key) != value}
         slots = asyncio.Semaphore(WRITES_IN_FLIGHT)  # independent keys: purge concurrently
@@ -82,36 +78,3 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
-
-
-async def stored_projections(bus: Bus) -> dict[str, bytes]:
-    """Every key of ``plnt-runs`` with its current value (deleted and purged keys left out).
-
-    Read as the bucket stream's last message per key, by a consumer whose pending count
-    the server fixes at creation; nats-py's KV watch can end its initial values before
-    delivering any of them.
-    """
-    prefix = f"$KV.{subjects.RUNS_BUCKET}."
-    config = api.ConsumerConfig(
-        ack_policy=api.AckPolicy.NONE,
-        deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
-        filter_subject=prefix + ">",
-        inactive_threshold=30.0,
-        mem_storage=True,
-    )
-    values: dict[str, bytes] = {}
-    stream = bucket_stream(subjects.RUNS_BUCKET)
-    async for batch in read_batches(bus.nc, stream=stream, config=config, keep=_key_value):
-        for subject, value in batch:
-            key = subject.removeprefix(prefix)
-            if value is None:
-                values.pop(key, None)
-            else:
-                values[key] = value
-    return values
-
-
-def _key_value(msg: Msg) -> tuple[str, bytes | None]:
-    """(subject, value), None for a delete or purge marker."""
-    operation = (msg.headers or {}).get(KV_OPERATION)
-    return msg.subject, None if operation in ("DEL", "PURGE") or not msg.data else msg.data

@@ -62,7 +62,7 @@ async def run(settings: LocalBackendSettings, stop: asyncio.Event) -> None:
 
 
 async def _reconcile_until(settings: LocalBackendSettings, bus: Bus, ended: asyncio.Event) -> None:
-    store = ReleaseStore(releases=bus.releases, specs=bus.specs)
+    store = ReleaseStore(nc=bus.nc, releases=bus.releases, specs=bus.specs)
     async with HealthProbe(timeout_s=HEALTH_TIMEOUT_S) as probe:
         reconciler = Reconciler(settings=settings, store=store, probe=probe)
         watch = asyncio.create_task(

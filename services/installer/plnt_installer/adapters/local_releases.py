@@ -18,7 +18,9 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE
 from pydantic import BaseModel, ValidationError
 
+from plnt_common import subjects
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.errors import BackendUnavailable, BusUnavailable, InstallFailed
 from plnt_common.logs import get_logger
 from plnt_common.releases import (
@@ -36,8 +38,6 @@ RESYNC_S = 1.0
 """Between two reads of the key while its watch is quiet: heals a watch that missed an
 update across a reconnect, without waiting for the whole timeout."""
 
-LIST_TIMEOUT_S = 5.0
-"""Longest wait for the initial values of a listing watch."""
 
 _TRANSIENT = (nats.errors.Error, TimeoutError, OSError)
 
@@ -64,6 +64,7 @@ class LocalReleaseBackend:
 
     def __init__(self, bus: Bus, *, resync_s: float = RESYNC_S) -> None:
         self._kv = bus.releases
+        self._nc = bus.nc
         self._resync_s = resync_s
 
     async def install(self, release: DesiredRelease) -> None:
@@ -157,28 +158,16 @@ class LocalReleaseBackend:
     async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
         """Every desired release of ``run_name`` in ``namespace``, canary and stable, by name."""
         try:
-            watcher: Any = await self._kv.watch(
-                f"{DESIRED_PREFIX}.{namespace}.*", ignore_deletes=True
+            stored = await kv_snapshot(
+                self._nc, subjects.RELEASES_BUCKET, f"{DESIRED_PREFIX}.{namespace}.*"
             )
         except _TRANSIENT as exc:
             raise BusUnavailable(f"listing releases of {namespace}: {exc!r}") from None
-        found: list[DesiredRelease] = []
-        try:
-            while True:
-                try:
-                    entry = await watcher.updates(timeout=LIST_TIMEOUT_S)
-                except nats.errors.TimeoutError:
-                    raise BusUnavailable(
-                        f"listing releases of {namespace}: no answer in {LIST_TIMEOUT_S:g}s"
-                    ) from None
-                if entry is None:  # end of the initial values
-                    break
-                record = _parse(entry.key, entry.value, DesiredRelease)
-                if record is not None and record.run_name == run_name:
-                    found.append(record)
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()
+        found = []
+        for key, value in stored.items():
+            record = _parse(key, value, DesiredRelease)
+            if record is not None and record.run_name == run_name:
+                found.append(record)
         return sorted(found, key=lambda r: r.release)
 
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:

@@ -6,9 +6,8 @@ are translated at this boundary: ``SpecNotFound`` when a spec is absent,
 ``BusUnavailable`` when the server does not answer.
 """
 
-from typing import Any
-
 import nats.errors
+from nats.aio.client import Client
 from nats.js.errors import (
     KeyDeletedError,
     KeyNotFoundError,
@@ -19,6 +18,8 @@ from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 from pydantic import ValidationError
 
+from plnt_common import subjects
+from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.errors import BusUnavailable, SpecNotFound
 from plnt_common.logs import get_logger
 from plnt_common.releases import OBSERVED_PREFIX, ObservedRelease, observed_key
@@ -27,7 +28,6 @@ from plnt_local_backend.logic import ReleaseKey, parse_observed_key
 
 log = get_logger(__name__)
 
-LIST_TIMEOUT_S = 5.0
 """Longest wait for the initial values of a listing watch."""
 
 _TRANSIENT = (nats.errors.Error, TimeoutError, OSError)
@@ -37,7 +37,8 @@ _TRANSIENT = (nats.errors.Error, TimeoutError, OSError)
 class ReleaseStore:
     """Observed records in, specs out."""
 
-    def __init__(self, *, releases: KeyValue, specs: ObjectStore) -> None:
+    def __init__(self, *, nc: Client, releases: KeyValue, specs: ObjectStore) -> None:
+        self._nc = nc
         self._kv = releases
         self._specs = specs
 
@@ -73,26 +74,10 @@ class ReleaseStore:
     async def observed_keys(self) -> set[ReleaseKey]:
         """Every release with an observed record (including ones nobody desires any more)."""
         try:
-            # nats-py leaves KeyWatcher untyped.
-            watcher: Any = await self._kv.watch(f"{OBSERVED_PREFIX}.>", ignore_deletes=True)
+            stored = await kv_snapshot(self._nc, subjects.RELEASES_BUCKET, f"{OBSERVED_PREFIX}.>")
         except _TRANSIENT as exc:
             raise BusUnavailable(f"listing observed releases failed: {exc!r}") from None
-        keys: set[ReleaseKey] = set()
-        try:
-            while True:
-                try:
-                    entry = await watcher.updates(timeout=LIST_TIMEOUT_S)
-                except nats.errors.TimeoutError:
-                    raise BusUnavailable(
-                        f"listing observed releases: no answer in {LIST_TIMEOUT_S}s"
-                    ) from None
-                if entry is None:  # end of the initial values
-                    return keys
-                parsed = parse_observed_key(entry.key)
-                if parsed is not None:
-                    keys.add(parsed)
-        finally:
-            await watcher.stop()
+        return {key for key in map(parse_observed_key, stored) if key is not None}
 
     async def report(self, record: ObservedRelease) -> None:
         """Write ``record`` as the observed state of its release."""
