@@ -18,7 +18,7 @@ async def apply_to_ready(url: str, data_dir: Path, runs: int) -> list[float]:
     registry = data_dir / "registry"
     spec = EXAMPLES / "registry" / "review-responder" / "1.2.0" / "workflow.yaml"
     bus = await Bus.open(url, service="bench-deploy")
-    store = ResourceStore(bus.resources)
+    store = ResourceStore(bus)
     await store.apply(parse_resource(yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text())))
     timings = []
     for index in range(runs):

@@ -131,7 +131,7 @@ async def deploy(
 ) -> tuple[list[float], float, list[float]]:
     """Apply all at once; (apply→Ready per run, wall time, smoke p50 per run)."""
     bus = await Bus.open(url, service="bench-apply")
-    store = ResourceStore(bus.resources)
+    store = ResourceStore(bus)
     await store.apply(parse_resource(yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text())))
     pending = {d["metadata"]["name"] for d in documents}
     applied_at: dict[str, float] = {}

@@ -160,7 +160,7 @@ class Soak:
         return self.report
 
     async def _drive(self, bus: Bus) -> None:
-        store = ResourceStore(bus.resources)
+        store = ResourceStore(bus)
         registry = self.data_dir / "registry"
         names = [f"soak-{i}" for i in range(self.runs)]
         write_registry(registry, names)
@@ -232,7 +232,7 @@ class Soak:
 
     async def _settle(self, bus: Bus, timeout_s: float = 600) -> None:
         """Wait until every run is final for its last generation and deleted runs are gone."""
-        store = ResourceStore(bus.resources)
+        store = ResourceStore(bus)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             pending = []
@@ -263,7 +263,7 @@ class Soak:
         return sorted(seen - ended)
 
     async def _check(self, bus: Bus) -> None:
-        store = ResourceStore(bus.resources)
+        store = ResourceStore(bus)
         alive = {
             o.body["metadata"]["name"]: o.body for o in await store.list("WorkflowRun", "default")
         }

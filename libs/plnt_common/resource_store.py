@@ -19,11 +19,12 @@ from nats.js.errors import (
     KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NoKeysError,
 )
-from nats.js.kv import KeyValue
 
-from plnt_common.bus.kv_watch import Reconnects, watch_entries
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.kv_snapshot import kv_snapshot
+from plnt_common.bus.kv_watch import watch_entries
 from plnt_common.errors import Conflict, ResourceNotFound
 from plnt_common.names import DEFAULT_NAMESPACE
 from plnt_common.resources import Resource
@@ -75,9 +76,10 @@ def _encode(body: dict[str, Any]) -> bytes:
 class ResourceStore:
     """CRUD and watch over ``plnt-resources``; raises ``ResourceNotFound`` or ``Conflict``."""
 
-    def __init__(self, kv: KeyValue, *, reconnects: Reconnects | None = None) -> None:
-        self._kv = kv
-        self._reconnects = reconnects
+    def __init__(self, bus: Bus) -> None:
+        self._kv = bus.resources
+        self._nc = bus.nc
+        self._reconnects = bus.reconnects
         self._written: dict[str, tuple[int, bytes]] = {}
 
     async def get(self, kind: str, namespace: str | None, name: str) -> StoredObject | None:
@@ -87,20 +89,10 @@ class ResourceStore:
         return None if stored is None else _decode(key, *stored)
 
     async def list(self, kind: str, namespace: str | None = None) -> list[StoredObject]:
-        prefix = f"{PLURALS[kind]}.{namespace}." if namespace else f"{PLURALS[kind]}."
-        try:
-            keys = await self._kv.keys()
-        except NoKeysError:
-            return []
-        found = []
-        for key in sorted(k for k in keys if k.startswith(prefix)):
-            name_ns = key.split(".", 2)
-            obj = await self.get(
-                kind, None if name_ns[1] == CLUSTER_SCOPE else name_ns[1], name_ns[2]
-            )
-            if obj is not None:
-                found.append(obj)
-        return found
+        """Every object of ``kind`` (in ``namespace`` when given), sorted by key."""
+        keys = f"{PLURALS[kind]}.{namespace or '*'}.*"
+        stored = await kv_snapshot(self._nc, subjects.RESOURCES_BUCKET, keys)
+        return [_decode(key, revision, raw) for key, (revision, raw) in sorted(stored.items())]
 
     async def apply(self, resource: Resource) -> tuple[StoredObject, ApplyOutcome]:
         """Create or update spec, labels and annotations; generation bumps on spec change."""

@@ -21,10 +21,13 @@ async def test_the_latest_value_of_each_live_key_matching_the_filter(bus: Bus) -
     await kv.purge("desired.a.purged")
     await kv.put("observed.a.one", b"o")
 
-    assert await kv_snapshot(bus.nc, subjects.RELEASES_BUCKET, "desired.a.*") == {
+    listed = await kv_snapshot(bus.nc, subjects.RELEASES_BUCKET, "desired.a.*")
+    assert {key: value for key, (_, value) in listed.items()} == {
         "desired.a.one": b"second",
         "desired.a.two": b"2",
     }
+    latest = await kv.get("desired.a.one")
+    assert listed["desired.a.one"][0] == latest.revision
     everything = await kv_snapshot(bus.nc, subjects.RELEASES_BUCKET)
     assert set(everything) == {
         "desired.a.one",

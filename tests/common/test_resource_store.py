@@ -18,7 +18,7 @@ RUN = {
 
 
 async def test_a_write_over_a_stale_copy_keeps_what_another_writer_wrote(bus: Bus) -> None:
-    mine, theirs = ResourceStore(bus.resources), ResourceStore(bus.resources)
+    mine, theirs = ResourceStore(bus), ResourceStore(bus)
     await mine.apply(parse_resource(RUN))
     await mine.update_status(KIND, "default", "wf", {"phase": "Pulling"})
     await theirs.add_finalizer(KIND, "default", "wf", "example.com/keep")
@@ -30,7 +30,7 @@ async def test_a_write_over_a_stale_copy_keeps_what_another_writer_wrote(bus: Bu
 
 
 async def test_unchanged_is_judged_on_the_stored_object_not_the_copy(bus: Bus) -> None:
-    mine, theirs = ResourceStore(bus.resources), ResourceStore(bus.resources)
+    mine, theirs = ResourceStore(bus), ResourceStore(bus)
     await mine.apply(parse_resource(RUN))
     await mine.update_status(KIND, "default", "wf", {"phase": "Pulling"})
     await theirs.update_status(KIND, "default", "wf", {"phase": "Failed"})
@@ -41,7 +41,7 @@ async def test_unchanged_is_judged_on_the_stored_object_not_the_copy(bus: Bus) -
 
 
 async def test_a_copy_of_an_object_since_replaced_does_not_hide_the_new_one(bus: Bus) -> None:
-    mine, theirs = ResourceStore(bus.resources), ResourceStore(bus.resources)
+    mine, theirs = ResourceStore(bus), ResourceStore(bus)
     first, _ = await mine.apply(parse_resource(RUN))
     await mine.update_status(KIND, "default", "wf", {"phase": "Ready"})
     assert await theirs.delete(KIND, "default", "wf") == "deleted"
@@ -54,7 +54,7 @@ async def test_a_copy_of_an_object_since_replaced_does_not_hide_the_new_one(bus:
 
 
 async def test_the_finalizer_and_a_first_status_go_in_one_write(bus: Bus) -> None:
-    store = ResourceStore(bus.resources)
+    store = ResourceStore(bus)
     created, _ = await store.apply(parse_resource(RUN))
     await store.add_finalizer(
         KIND, "default", "wf", "plnt.work/saga", status_if_unset={"phase": "Pending"}
@@ -67,7 +67,7 @@ async def test_the_finalizer_and_a_first_status_go_in_one_write(bus: Bus) -> Non
 
 
 async def test_a_first_status_never_replaces_one_already_written(bus: Bus) -> None:
-    store = ResourceStore(bus.resources)
+    store = ResourceStore(bus)
     await store.apply(parse_resource(RUN))
     await store.update_status(KIND, "default", "wf", {"phase": "Pulling"})
     await store.add_finalizer(
@@ -75,3 +75,27 @@ async def test_a_first_status_never_replaces_one_already_written(bus: Bus) -> No
     )
     stored = await store.get(KIND, "default", "wf")
     assert stored is not None and stored.body["status"] == {"phase": "Pulling"}
+
+
+async def test_list_returns_each_kind_by_namespace_with_its_resource_version(bus: Bus) -> None:
+    store = ResourceStore(bus)
+    await store.apply(parse_resource(RUN))
+    other = {**RUN, "metadata": {"name": "wf", "namespace": "team-b"}}
+    await store.apply(parse_resource(other))
+    backend = {
+        "apiVersion": "plnt.work/v1",
+        "kind": "PlntBackend",
+        "metadata": {"name": "laptop"},
+        "spec": {"type": "local"},
+    }
+    await store.apply(parse_resource(backend))
+    written = await store.update_status(KIND, "default", "wf", {"phase": "Pulling"})
+    assert written is not None
+
+    in_default = await store.list(KIND, "default")
+    assert [(o.metadata["namespace"], o.metadata["name"]) for o in in_default] == [
+        ("default", "wf")
+    ]
+    assert in_default[0].metadata["resourceVersion"] == str(written.revision)
+    assert len(await store.list(KIND)) == 2
+    assert [o.metadata["name"] for o in await store.list("PlntBackend")] == ["laptop"]

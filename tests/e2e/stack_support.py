@@ -95,7 +95,7 @@ class Client:
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self.store = ResourceStore(bus.resources)
+        self.store = ResourceStore(bus)
 
     async def apply(self, document: dict[str, Any]) -> str:
         _, outcome = await self.store.apply(parse_resource(copy.deepcopy(document)))

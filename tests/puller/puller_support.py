@@ -189,7 +189,7 @@ class PullerUnderTest:
     async def add_backend(
         self, name: str = BACKEND, gpu_classes: tuple[str, ...] = (H100,)
     ) -> None:
-        await ResourceStore(self.bus.resources).apply(backend_resource(name, gpu_classes))
+        await ResourceStore(self.bus).apply(backend_resource(name, gpu_classes))
 
     async def request(self, run: RunSnapshot) -> Envelope:
         """Publish ``run.requested`` for ``run`` as the watcher would."""

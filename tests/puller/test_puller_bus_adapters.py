@@ -30,7 +30,7 @@ async def test_storing_a_spec_twice_writes_it_once(nats_url: str) -> None:
 async def test_the_catalog_returns_an_applied_backend_and_none_for_others(nats_url: str) -> None:
     bus = await Bus.open(nats_url, service="test")
     try:
-        store = ResourceStore(bus.resources)
+        store = ResourceStore(bus)
         await store.apply(backend_resource(BACKEND, (H100,)))
         catalog = StoredBackends(store=store)
         found = await catalog.get(BACKEND)
@@ -50,6 +50,6 @@ async def test_the_catalog_reports_an_unreadable_backend_as_unavailable(nats_url
         body += b'"spec":{"type":"mainframe"}}'
         await bus.resources.put(object_key("PlntBackend", None, "odd"), body)
         with pytest.raises(BackendUnavailable, match="PlntBackend 'odd' is invalid: type"):
-            await StoredBackends(store=ResourceStore(bus.resources)).get("odd")
+            await StoredBackends(store=ResourceStore(bus)).get("odd")
     finally:
         await bus.close()

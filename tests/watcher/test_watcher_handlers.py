@@ -103,7 +103,7 @@ async def test_a_new_run_is_adopted_in_one_write_and_its_echoes_start_nothing(
 ) -> None:
     opened = await Bus.open(nats_url, service="test")
     bus = CountingBus(**{f.name: getattr(opened, f.name) for f in dataclasses.fields(Bus)})
-    store = ResourceStore(bus.resources)
+    store = ResourceStore(bus)
     await bus.resources.purge("workflowruns.default.adopted")
     created, _ = await store.apply(
         parse_resource(
@@ -136,7 +136,7 @@ async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(
     nats_url: str,
 ) -> None:
     bus = await Bus.open(nats_url, service="test")
-    store = ResourceStore(bus.resources)
+    store = ResourceStore(bus)
     await bus.resources.purge("workflowruns.default.short-lived")
     created, _ = await store.apply(
         parse_resource(

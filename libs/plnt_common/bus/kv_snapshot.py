@@ -18,8 +18,9 @@ KV_OPERATION = "KV-Operation"
 """The header nats-py's KV sets on delete and purge markers."""
 
 
-async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, bytes]:
-    """Every key matching ``keys`` (a subject filter) with its value; deleted keys left out.
+async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, tuple[int, bytes]]:
+    """Every key matching ``keys`` (a subject filter) with its revision and value; deleted
+    keys left out.
 
     Raises ``BusUnavailable`` when the server does not answer a batch.
     """
@@ -31,20 +32,21 @@ async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, byt
         inactive_threshold=30.0,
         mem_storage=True,
     )
-    values: dict[str, bytes] = {}
+    values: dict[str, tuple[int, bytes]] = {}
     async for batch in read_batches(
         nc, stream=bucket_stream(bucket), config=config, keep=_key_value
     ):
-        for subject, value in batch:
+        for subject, revision, value in batch:
             key = subject.removeprefix(prefix)
             if value is None:
                 values.pop(key, None)
             else:
-                values[key] = value
+                values[key] = (revision, value)
     return values
 
 
-def _key_value(msg: Msg) -> tuple[str, bytes | None]:
-    """(subject, value), None for a delete or purge marker."""
+def _key_value(msg: Msg) -> tuple[str, int, bytes | None]:
+    """(subject, revision, value), value None for a delete or purge marker."""
     operation = (msg.headers or {}).get(KV_OPERATION)
-    return msg.subject, None if operation in ("DEL", "PURGE") or not msg.data else msg.data
+    value = None if operation in ("DEL", "PURGE") or not msg.data else msg.data
+    return msg.subject, msg.metadata.sequence.stream, value

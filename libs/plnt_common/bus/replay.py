@@ -46,7 +46,7 @@ async def replay(bus: Bus) -> ReplayStats:
                     continue  # a poison message: history only, as the watcher treats it
                 fold.add(event)
         folded = {key: p.model_dump_json().encode() for key, p in fold.projections().items()}
-        stored = await kv_snapshot(bus.nc, subjects.RUNS_BUCKET)
+        stored = {k: v for k, (_, v) in (await kv_snapshot(bus.nc, subjects.RUNS_BUCKET)).items()}
         stale = [key for key in stored if key not in folded]
         changed = {key: value for key, value in folded.items() if stored.get(key) != value}
         slots = asyncio.Semaphore(WRITES_IN_FLIGHT)  # independent keys: purge concurrently

@@ -50,7 +50,7 @@ class Session:
     @classmethod
     async def open(cls, nats_url: str) -> "Session":
         bus = await Bus.open(nats_url, service="cli")
-        return cls(bus=bus, store=ResourceStore(bus.resources))
+        return cls(bus=bus, store=ResourceStore(bus))
 
     async def close(self) -> None:
         await self.bus.close()

@@ -72,7 +72,7 @@ async def deploy_and_invoke(stack: Stack, *, say: Callable[[str], None]) -> int:
     try:
         follower = SagaFollower(namespace="default", name=RUN_NAME, say=say)
         await follower.follow(session.bus.js)
-        store = ResourceStore(session.bus.resources)
+        store = ResourceStore(session.bus)
         applied_at = time.monotonic()
         for document in documents:
             resource = parse_resource(document)

@@ -44,7 +44,7 @@ def build_targets(bus: Bus, settings: InstallerSettings) -> KubernetesTargets:
     if settings.backends == "kubernetes":
         api = api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
         return KubeApiTargets(reader=PlntBackendReader(api=api))
-    return StoredTargets(store=ResourceStore(bus.resources))
+    return StoredTargets(store=ResourceStore(bus))
 
 
 def default_backends(bus: Bus, settings: InstallerSettings) -> dict[str, ReleaseBackend]:

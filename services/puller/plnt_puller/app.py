@@ -51,7 +51,7 @@ async def backend_catalog(settings: PullerSettings, bus: Bus) -> AsyncIterator[B
     kubeconfig nor a service account is found, so a misconfigured puller stops at start-up.
     """
     if settings.backends != "kubernetes":
-        yield StoredBackends(store=ResourceStore(bus.resources))
+        yield StoredBackends(store=ResourceStore(bus))
         return
     # Imported here so the embedded mode never loads the Kubernetes client.
     from plnt_common.kube import PlntBackendReader, api_client

@@ -52,7 +52,7 @@ def build_source(settings: WatcherSettings, bus: Bus) -> ResourceSource:
             request_timeout_s=settings.kube_request_timeout_s,
             recorder=recorder,
         )
-    return EmbeddedSource(ResourceStore(bus.resources, reconnects=bus.reconnects))
+    return EmbeddedSource(ResourceStore(bus))
 
 
 def build_elector(settings: WatcherSettings) -> LeaderElector | None:

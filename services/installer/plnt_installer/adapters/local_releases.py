@@ -164,7 +164,7 @@ class LocalReleaseBackend:
         except _TRANSIENT as exc:
             raise BusUnavailable(f"listing releases of {namespace}: {exc!r}") from None
         found = []
-        for key, value in stored.items():
+        for key, (_, value) in stored.items():
             record = _parse(key, value, DesiredRelease)
             if record is not None and record.run_name == run_name:
                 found.append(record)
