@@ -63,30 +63,18 @@ class ResourceLoop:
             return
         projection = await self._projections.get(namespace=namespace, name=name)
         actions = logic.decide(facts, projection)
-        adopting = logic.Action.ADD_FINALIZER in actions
-        if adopting:
+        if logic.Action.ADD_FINALIZER in actions:
             actions.remove(logic.Action.ADD_FINALIZER)
-        pending = None
-        if logic.Action.WRITE_PENDING in actions and adopting:
-            actions.remove(logic.Action.WRITE_PENDING)  # written with the finalizer, at once
-            pending = None if body.get("status") else dict(PENDING_STATUS)
-
-        async def adopt() -> None:
-            if adopting:
-                await self._source.add_finalizer(
-                    namespace=namespace,
-                    name=name,
-                    finalizer=logic.FINALIZER,
-                    pending_status=pending,
-                )
-
-        async def act() -> None:
-            for action in actions:
-                await self._act(action, facts, body, projection)
-
-        # The saga need not wait for the finalizer: a run deleted before it is on is still
-        # cleaned up (``_on_gone``), and Pending never replaces a status already written.
-        await asyncio.gather(adopt(), act())
+            pending = None
+            if logic.Action.WRITE_PENDING in actions:
+                actions.remove(logic.Action.WRITE_PENDING)  # written with the finalizer
+                pending = None if body.get("status") else dict(PENDING_STATUS)
+            # Before the saga starts, so the run shows Pending before its first phase.
+            await self._source.add_finalizer(
+                namespace=namespace, name=name, finalizer=logic.FINALIZER, pending_status=pending
+            )
+        for action in actions:
+            await self._act(action, facts, body, projection)
 
     async def _on_gone(
         self,

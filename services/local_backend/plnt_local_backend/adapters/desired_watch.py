@@ -12,13 +12,14 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-import nats.errors
 from nats.aio.client import Client
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from pydantic import ValidationError
 
+from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.logs import get_logger
 from plnt_common.releases import DESIRED_PREFIX, DesiredRelease
+from plnt_common.subjects import RELEASES_BUCKET
 from plnt_local_backend.logic import ReleaseKey, parse_desired_key
 
 log = get_logger(__name__)
@@ -83,15 +84,27 @@ class DesiredWatch:
         reconnects = self._reconnects()
         # nats-py leaves KeyWatcher untyped.
         watcher: Any = await self._kv.watch(f"{DESIRED_PREFIX}.>")
-        # The initial values, handed over whole at the end-of-initial-values marker;
-        # None afterwards, when each change goes to the sink at once.
-        loading: dict[ReleaseKey, DesiredRelease | object] | None = {}
         try:
+            # nats-py can mark the end of the initial values before delivering them;
+            # handing over then would stop every runner. The server's own listing, taken
+            # after the watch began, says which revisions the initial values must reach.
+            listed = await kv_snapshot(self._nc, RELEASES_BUCKET, f"{DESIRED_PREFIX}.>")
+            awaited = {key: revision for key, (revision, _) in listed.items()}
+            marked = False
+            # The initial values, handed over whole once complete; None afterwards, when
+            # each change goes to the sink at once.
+            loading: dict[ReleaseKey, DesiredRelease | object] | None = {}
             while True:
                 try:
-                    update: Any = await watcher.updates(timeout=self._check_s)
-                except nats.errors.TimeoutError:
+                    # not ``watcher.updates(timeout)``: its ``wait_for`` can swallow a
+                    # cancellation (Python 3.11), and this task must stop when cancelled
+                    async with asyncio.timeout(self._check_s):
+                        update: Any = await anext(watcher)
+                except TimeoutError:
                     update = _IDLE
+                except StopAsyncIteration:
+                    log.info("desired.resync", reason="watch ended")
+                    return
                 if self._reconnects() != reconnects:
                     # Changes may have been missed while disconnected: reload everything.
                     log.info("desired.resync", reason="nats reconnected")
@@ -99,14 +112,14 @@ class DesiredWatch:
                 if update is _IDLE:
                     continue
                 if update is None:
-                    if loading is not None:
-                        await self._hand_over(loading)
-                        loading = None
-                    continue
-                if not isinstance(update, KeyValue.Entry):
-                    log.info("desired.resync", reason="watch ended")
-                    return
-                await self._handle(update, loading=loading)
+                    marked = True
+                else:
+                    if (update.revision or 0) >= awaited.get(update.key, 0):
+                        awaited.pop(update.key, None)
+                    await self._handle(update, loading=loading)
+                if loading is not None and marked and not awaited:
+                    await self._hand_over(loading)
+                    loading = None
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()
