@@ -8,10 +8,13 @@ import contextlib
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext, api
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from plnt_common import subjects
 from plnt_common.bus.kv_batch import bucket_stream
+from plnt_common.logs import get_logger
+
+log = get_logger(__name__)
 
 DUPLICATE_WINDOW_S = 2 * 60 * 60
 """How long ``Nats-Msg-Id`` deduplicates: longer than any saga step's deadline."""
@@ -96,10 +99,16 @@ async def _ensure_bucket(js: JetStreamContext, bucket: BucketSpec) -> None:
 
 
 async def _allow_atomic_batches(js: JetStreamContext, stream: str) -> None:
+    """Turn atomic batches on; a server before 2.12 refuses or ignores the flag, and the
+    bucket is then written key by key (``kv_batch.put_all``)."""
     config = (await js.stream_info(stream)).config
-    if not config.allow_atomic:
-        config.allow_atomic = True
+    if config.allow_atomic:
+        return
+    config.allow_atomic = True
+    try:
         await js.update_stream(config)
+    except APIError as exc:
+        log.warning("provision.atomic_batches_unavailable", stream=stream, error=str(exc))
 
 
 async def _create_bucket(js: JetStreamContext, bucket: BucketSpec) -> None:
