@@ -6,6 +6,7 @@ from typing import Any
 
 from plnt_common.bus.bus import Bus
 from plnt_common.releases import DesiredRelease, desired_key
+from plnt_common.testing.early_marker import MarkFirst
 from plnt_local_backend.adapters.desired_watch import DesiredWatch
 from plnt_local_backend.logic import ReleaseKey
 
@@ -23,28 +24,6 @@ class RecordingSink:
 
     async def apply(self, key: ReleaseKey, desired: DesiredRelease | None) -> None:
         return None
-
-
-class MarkFirst:
-    """nats-py's watcher, but reporting the end of the initial values before any of them,
-    as nats-py does when the server delivered the listing before the client counted it."""
-
-    def __init__(self, watcher: Any) -> None:
-        self._watcher = watcher
-        self._marked = False
-
-    def __aiter__(self) -> "MarkFirst":
-        return self
-
-    async def __anext__(self) -> Any:
-        if not self._marked:
-            self._marked = True
-            return None
-        update = await anext(self._watcher)
-        return update if update is not None else await anext(self._watcher)
-
-    async def stop(self) -> None:
-        await self._watcher.stop()
 
 
 def release(name: str) -> DesiredRelease:

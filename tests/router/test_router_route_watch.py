@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
 from plnt_common.bus import connect
 from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.nats_server import NatsServer
 from plnt_common.routes import RouteEntry, RouteTarget, route_key
 from plnt_common.subjects import ROUTES_BUCKET
+from plnt_common.testing.early_marker import MarkFirst
 from plnt_router.adapters.route_watch import RouteWatcher
 from plnt_router.table import RouteTable
 
@@ -170,3 +172,31 @@ async def test_watch_survives_a_nats_restart_and_keeps_serving_meanwhile(
     )
     await kv.delete("default.echo")
     await wait_until(lambda: table.get("default.echo") is None, what="delete after restart")
+
+
+async def test_an_early_end_of_initial_values_never_swaps_in_a_partial_table(
+    nc: Client, watch: Any, wait_until: Wait, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    js = nc.jetstream()
+    await ensure_jetstream(js)
+    kv = await js.key_value(ROUTES_BUCKET)
+    for n in range(5):
+        await kv.put(route_key("default", f"wf-{n}"), entry(f"wf-{n}").model_dump_json().encode())
+    real_watchall = KeyValue.watchall
+
+    async def marking_first(self: KeyValue, **options: Any) -> MarkFirst:
+        return MarkFirst(await real_watchall(self, **options))
+
+    monkeypatch.setattr(KeyValue, "watchall", marking_first)
+    table = RouteTable()
+    swaps: list[int] = []
+    replace_all = table.replace_all
+
+    def recording(entries: Any) -> None:
+        swaps.append(len(entries))
+        replace_all(entries)
+
+    monkeypatch.setattr(table, "replace_all", recording)
+    await watch(table)
+    await wait_until(lambda: table.loaded, what="table loaded")
+    assert swaps == [5]

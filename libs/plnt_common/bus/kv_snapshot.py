@@ -50,3 +50,25 @@ def _key_value(msg: Msg) -> tuple[str, int, bytes | None]:
     operation = (msg.headers or {}).get(KV_OPERATION)
     value = None if operation in ("DEL", "PURGE") or not msg.data else msg.data
     return msg.subject, msg.metadata.sequence.stream, value
+
+
+class InitialValues:
+    """Tells when a KV watch has delivered a bucket's initial values.
+
+    nats-py's end-of-initial-values marker (a None update) can come before the values.
+    Built from a ``kv_snapshot`` taken after the watch began, this waits for the marker
+    and for every listed key at its listed revision (or later: a change after the
+    listing, a deletion included).
+    """
+
+    def __init__(self, listed: dict[str, tuple[int, bytes]]) -> None:
+        self._awaited = {key: revision for key, (revision, _) in listed.items()}
+        self._marked = False
+
+    def saw(self, key: str | None, revision: int = 0) -> bool:
+        """Record one update (``key`` None: nats-py's marker); True once all are in."""
+        if key is None:
+            self._marked = True
+        elif revision >= self._awaited.get(key, 0):
+            self._awaited.pop(key, None)
+        return self._marked and not self._awaited

@@ -55,3 +55,21 @@ async def watch_entries(
                 reconnected.cancel()
             with contextlib.suppress(Exception):
                 await watcher.stop()  # type: ignore[no-untyped-call]
+
+
+IDLE: Any = object()
+"""``next_update``'s answer when nothing arrived in time."""
+
+
+async def next_update(watcher: Any, timeout_s: float) -> Any:
+    """The watcher's next update, or ``IDLE`` after ``timeout_s``; ``StopAsyncIteration``
+    once the watcher was stopped.
+
+    Not nats-py's ``updates(timeout)``: its ``asyncio.wait_for`` can swallow a cancellation
+    (Python 3.11), and a watch task must stop when it is cancelled.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await anext(watcher)
+    except TimeoutError:
+        return IDLE

@@ -16,7 +16,8 @@ from nats.aio.client import Client
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from pydantic import ValidationError
 
-from plnt_common.bus.kv_snapshot import kv_snapshot
+from plnt_common.bus.kv_snapshot import InitialValues, kv_snapshot
+from plnt_common.bus.kv_watch import IDLE, next_update
 from plnt_common.logs import get_logger
 from plnt_common.releases import DESIRED_PREFIX, DesiredRelease
 from plnt_common.subjects import RELEASES_BUCKET
@@ -24,7 +25,6 @@ from plnt_local_backend.logic import ReleaseKey, parse_desired_key
 
 log = get_logger(__name__)
 
-_IDLE: Final = object()
 _UNREADABLE: Final = object()
 
 
@@ -85,23 +85,17 @@ class DesiredWatch:
         # nats-py leaves KeyWatcher untyped.
         watcher: Any = await self._kv.watch(f"{DESIRED_PREFIX}.>")
         try:
-            # nats-py can mark the end of the initial values before delivering them;
-            # handing over then would stop every runner. The server's own listing, taken
-            # after the watch began, says which revisions the initial values must reach.
-            listed = await kv_snapshot(self._nc, RELEASES_BUCKET, f"{DESIRED_PREFIX}.>")
-            awaited = {key: revision for key, (revision, _) in listed.items()}
-            marked = False
+            # Handing over at nats-py's marker alone could hand over an empty state (it can
+            # come first), and the reconciler would stop every runner.
+            initial = InitialValues(
+                await kv_snapshot(self._nc, RELEASES_BUCKET, f"{DESIRED_PREFIX}.>")
+            )
             # The initial values, handed over whole once complete; None afterwards, when
             # each change goes to the sink at once.
             loading: dict[ReleaseKey, DesiredRelease | object] | None = {}
             while True:
                 try:
-                    # not ``watcher.updates(timeout)``: its ``wait_for`` can swallow a
-                    # cancellation (Python 3.11), and this task must stop when cancelled
-                    async with asyncio.timeout(self._check_s):
-                        update: Any = await anext(watcher)
-                except TimeoutError:
-                    update = _IDLE
+                    update = await next_update(watcher, self._check_s)
                 except StopAsyncIteration:
                     log.info("desired.resync", reason="watch ended")
                     return
@@ -109,15 +103,14 @@ class DesiredWatch:
                     # Changes may have been missed while disconnected: reload everything.
                     log.info("desired.resync", reason="nats reconnected")
                     return
-                if update is _IDLE:
+                if update is IDLE:
                     continue
                 if update is None:
-                    marked = True
+                    complete = initial.saw(None)
                 else:
-                    if (update.revision or 0) >= awaited.get(update.key, 0):
-                        awaited.pop(update.key, None)
+                    complete = initial.saw(update.key, update.revision or 0)
                     await self._handle(update, loading=loading)
-                if loading is not None and marked and not awaited:
+                if loading is not None and complete:
                     await self._hand_over(loading)
                     loading = None
         finally:

@@ -10,22 +10,21 @@ promoter does) and does not decide anything about them.
 
 import asyncio
 import contextlib
-from typing import Any, Final
+from typing import Any
 
-import nats.errors
 from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from pydantic import ValidationError
 
+from plnt_common.bus.kv_snapshot import InitialValues, kv_snapshot
+from plnt_common.bus.kv_watch import IDLE, next_update
 from plnt_common.logs import get_logger
 from plnt_common.routes import RouteEntry
 from plnt_common.subjects import ROUTES_BUCKET
 from plnt_router.table import RouteTable
 
 log = get_logger(__name__)
-
-_IDLE: Final = object()
 
 
 class RouteWatcher:
@@ -90,32 +89,35 @@ class RouteWatcher:
         kv = await self._open_bucket()
         reconnects = self._reconnects()
         watcher = await kv.watchall()
-        # Routes of the initial load, swapped in whole at the end-of-initial-values marker;
-        # None once that has happened and updates go straight to the table.
-        loading: dict[str, RouteEntry] | None = {}
         try:
+            # Swapping in at nats-py's marker alone could swap in an empty table (it can
+            # come first): every workflow would answer 404 until the routes arrived.
+            initial = InitialValues(await kv_snapshot(self._nc, self._bucket))
+            # Routes of the initial load, swapped in whole once complete; None once that
+            # has happened and updates go straight to the table.
+            loading: dict[str, RouteEntry] | None = {}
             while True:
                 try:
-                    update: Any = await watcher.updates(timeout=self._check_s)
-                except nats.errors.TimeoutError:
-                    update = _IDLE
+                    update = await next_update(watcher, self._check_s)
+                except StopAsyncIteration:
+                    log.info("routes.resync", bucket=self._bucket, reason="watch ended")
+                    return
                 if self._reconnects() != reconnects:
                     # The ordered consumer would heal itself after missed heartbeats; a
                     # full reload right away is faster and also catches a recreated bucket.
                     log.info("routes.resync", bucket=self._bucket, reason="nats reconnected")
                     return
-                if update is _IDLE:
+                if update is IDLE:
                     continue
                 if update is None:
-                    if loading is not None:
-                        self._table.replace_all(loading)
-                        loading = None
-                        log.info("routes.loaded", bucket=self._bucket, routes=len(self._table))
-                    continue
-                if not isinstance(update, KeyValue.Entry):
-                    log.info("routes.resync", bucket=self._bucket, reason="watch ended")
-                    return
-                self._apply(update, loading=loading)
+                    complete = initial.saw(None)
+                else:
+                    complete = initial.saw(update.key, update.revision or 0)
+                    self._apply(update, loading=loading)
+                if loading is not None and complete:
+                    self._table.replace_all(loading)
+                    loading = None
+                    log.info("routes.loaded", bucket=self._bucket, routes=len(self._table))
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()
