@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.kv_snapshot import kv_snapshot
+from plnt_common.bus.kv_watch import IDLE, next_update
 from plnt_common.errors import BackendUnavailable, BusUnavailable, InstallFailed
 from plnt_common.logs import get_logger
 from plnt_common.releases import (
@@ -200,18 +201,16 @@ class LocalReleaseBackend:
             raise BusUnavailable(f"watching {key} failed: {exc!r}") from None
         try:
             while (remaining := deadline - loop.time()) > 0:
-                try:
-                    entry = await watcher.updates(timeout=min(remaining, self._resync_s))
-                except nats.errors.TimeoutError:
+                entry = await next_update(watcher, min(remaining, self._resync_s))
+                if entry is IDLE:
                     # Quiet watch: read the key itself, in case the watch missed a change.
                     current = await self._read(key, ObservedRelease)
+                elif entry is None:  # end of the initial value
+                    continue
+                elif entry.operation in (KV_DEL, KV_PURGE):
+                    current = None
                 else:
-                    if entry is None:  # end of the initial value
-                        continue
-                    if entry.operation in (KV_DEL, KV_PURGE):
-                        current = None
-                    else:
-                        current = _parse(key, entry.value, ObservedRelease)
+                    current = _parse(key, entry.value, ObservedRelease)
                 if done(current):
                     return _Outcome(satisfied=True, last=current)
         finally:
