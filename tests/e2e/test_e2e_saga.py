@@ -169,6 +169,7 @@ async def test_delete_removes_routes_releases_and_then_the_resource(
     assert code == 404
     kinds = [e.event_type for e in await client.events("doomed")]
     assert kinds[-2:] == [EventType.RUN_DELETED, EventType.RUN_REMOVED]
+    assert kinds.count(EventType.RUN_DELETED) == 1
 
 
 async def routes_entry(client: Client, name: str) -> tuple[bytes | None, int]:

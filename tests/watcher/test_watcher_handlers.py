@@ -166,3 +166,40 @@ async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(
         (EventType.RUN_DELETED, "default.short-lived.1.2"),
     ]
     await bus.close()
+
+
+async def test_a_run_deleted_the_usual_way_gets_one_deletion_saga(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    store = ResourceStore(bus)
+    created, _ = await store.apply(
+        parse_resource(
+            {
+                "apiVersion": "plnt.work/v1",
+                "kind": "WorkflowRun",
+                "metadata": {"name": "deleted"},
+                "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
+            }
+        )
+    )
+    loop = ResourceLoop(
+        bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
+    )
+    await loop._on_change("default", "deleted", created.body)
+    assert await store.delete("WorkflowRun", "default", "deleted") == "deleting"
+    marked = await store.get("WorkflowRun", "default", "deleted")
+    assert marked is not None
+    await loop._on_change("default", "deleted", marked.body)  # deletionTimestamp: delete
+    # the removal completed (the projection was dropped with it) and the object is gone
+    await loop._on_change("default", "deleted", None)
+    events = [
+        stored.event
+        async for stored in read_events(
+            bus.js, filter_subject=subjects.run_filter("default", "deleted")
+        )
+        if stored.event is not None
+    ]
+    assert [(e.event_type, e.sagaid) for e in events] == [
+        (EventType.RUN_REQUESTED, "default.deleted.1.1"),
+        (EventType.RUN_DELETED, "default.deleted.1.2"),
+    ]
+    await bus.close()

@@ -85,7 +85,11 @@ class ResourceLoop:
     ) -> None:
         """The object is gone; ``requested_saga``: the saga this loop started for it, if any."""
         if projection is None:
-            if requested_saga:  # gone before its finalizer landed, its saga not yet folded
+            # Gone before its finalizer landed and before its saga was folded: that saga
+            # is still the run's latest (a deletion saga would have replaced it).
+            if requested_saga and (await latest_saga(self._bus, namespace, name))[0] == (
+                requested_saga
+            ):
                 await self._request_deletion(namespace, name, requested_saga)
             return
         if projection.removed:
@@ -173,6 +177,7 @@ class ResourceLoop:
         Unknown (""): a first saga (1.1) may be in flight unfolded; start above it, so the
         deletion supersedes it instead of sharing its id.
         """
+        self._requested.pop((namespace, name), None)  # the deletion supersedes that saga
         generation, attempt = saga_order(after_saga) if after_saga else (1, 1)
         sagaid = await self._free_saga_id(namespace, name, generation, after=attempt)
         event = new_event(
