@@ -17,7 +17,7 @@ from plnt_common.events import (
     new_event,
     saga_id,
 )
-from plnt_common.resource_store import ResourceStore
+from plnt_common.resource_store import ResourceStore, StoredObject
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec, parse_resource
 from plnt_watcher.adapters.embedded_source import EmbeddedSource
 from plnt_watcher.adapters.projections import ProjectionStore
@@ -28,6 +28,18 @@ from plnt_watcher.loops import ResourceLoop
 SPEC = WorkflowRunSpec.model_validate(
     {"workflow": {"ref": "wf@1.0.0", "registry": "file:///registry"}, "backend": {"cluster": "c"}}
 )
+
+
+async def apply_run(store: ResourceStore, name: str) -> StoredObject:
+    """A new WorkflowRun ``name`` in ``default``, as ``plnt apply`` stores it."""
+    document = {
+        "apiVersion": "plnt.work/v1",
+        "kind": "WorkflowRun",
+        "metadata": {"name": name},
+        "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+    created, _ = await store.apply(parse_resource(document))
+    return created
 
 
 class RecordingStatus:
@@ -105,16 +117,7 @@ async def test_a_new_run_is_adopted_in_one_write_and_its_echoes_start_nothing(
     bus = CountingBus(**{f.name: getattr(opened, f.name) for f in dataclasses.fields(Bus)})
     store = ResourceStore(bus)
     await bus.resources.purge("workflowruns.default.adopted")
-    created, _ = await store.apply(
-        parse_resource(
-            {
-                "apiVersion": "plnt.work/v1",
-                "kind": "WorkflowRun",
-                "metadata": {"name": "adopted"},
-                "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
-            }
-        )
-    )
+    created = await apply_run(store, "adopted")
     loop = ResourceLoop(
         bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
     )
@@ -138,16 +141,7 @@ async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(
     bus = await Bus.open(nats_url, service="test")
     store = ResourceStore(bus)
     await bus.resources.purge("workflowruns.default.short-lived")
-    created, _ = await store.apply(
-        parse_resource(
-            {
-                "apiVersion": "plnt.work/v1",
-                "kind": "WorkflowRun",
-                "metadata": {"name": "short-lived"},
-                "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
-            }
-        )
-    )
+    created = await apply_run(store, "short-lived")
     loop = ResourceLoop(
         bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
     )
@@ -171,16 +165,7 @@ async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(
 async def test_a_run_deleted_the_usual_way_gets_one_deletion_saga(nats_url: str) -> None:
     bus = await Bus.open(nats_url, service="test")
     store = ResourceStore(bus)
-    created, _ = await store.apply(
-        parse_resource(
-            {
-                "apiVersion": "plnt.work/v1",
-                "kind": "WorkflowRun",
-                "metadata": {"name": "deleted"},
-                "spec": SPEC.model_dump(mode="json", by_alias=True, exclude_none=True),
-            }
-        )
-    )
+    created = await apply_run(store, "deleted")
     loop = ResourceLoop(
         bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
     )
