@@ -6,7 +6,6 @@ the same records. Events of an older saga change nothing, and applying an event 
 changes nothing more, so late or redelivered events never move a run backwards.
 """
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal, NamedTuple
 
@@ -104,30 +103,13 @@ def empty_projection(namespace: str, name: str) -> RunProjection:
     return RunProjection(namespace=namespace, name=name)
 
 
-def fold_into(projections: dict[str, RunProjection], event: Envelope) -> None:
-    """Replay's step: fold ``event`` into the projections by key, as the watcher does live.
+class ProjectionFold:
+    """Replay's fold: the projections of many events, by key, as the watcher folds live.
 
     A run is opened only by ``run.requested`` or ``run.deleted`` and dropped once its
-    removal completed (the watcher deletes its key then).
-    """
-    key = run_key(event.namespace, event.name)
-    current = projections.get(key)
-    if current is None:
-        if event.event_type not in OPENING_EVENTS:
-            return
-        current = empty_projection(event.namespace, event.name)
-    updated = apply_event(current, event)
-    if updated.removed:
-        projections.pop(key, None)
-    else:
-        projections[key] = updated
-
-
-class ProjectionFold:
-    """``fold_into`` over many events, each run's models built once at the end.
-
-    Each run's changes are kept in a ``_Draft`` instead of copying the frozen models for
-    every event; ``projections()`` equals folding the same events one by one.
+    removal completed (the watcher deletes its key then). Each run's changes are kept in a
+    ``_Draft`` instead of copying the frozen models for every event; ``projections()``
+    equals applying ``apply_event`` to the same events one by one.
     """
 
     def __init__(self) -> None:
@@ -146,14 +128,6 @@ class ProjectionFold:
 
     def projections(self) -> dict[str, RunProjection]:
         return {key: draft.build() for key, draft in self._drafts.items()}
-
-
-def fold_events(events: Iterable[Envelope]) -> dict[str, RunProjection]:
-    """What ``fold_into`` of every event into an empty dict gives, in one pass."""
-    fold = ProjectionFold()
-    for event in events:
-        fold.add(event)
-    return fold.projections()
 
 
 def apply_event(current: RunProjection, event: Envelope) -> RunProjection:

@@ -27,12 +27,13 @@ from plnt_common.events import (
     saga_id,
 )
 from plnt_common.projection import (
+    OPENING_EVENTS,
     STEP_RANK,
+    ProjectionFold,
     RunProjection,
     apply_event,
     empty_projection,
-    fold_events,
-    fold_into,
+    run_key,
     saga_order,
 )
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
@@ -238,7 +239,7 @@ def test_any_arrival_order_gives_the_projection_of_the_stream_order(saga) -> Non
         assert fold(order, start) == expected, [e.event_type.value for e in order]
 
 
-# --- fold_events: replay's batched fold gives what fold_into gives, event by event ---------
+# --- ProjectionFold: replay's batched fold gives what fold_into gives, event by event -----
 
 
 def random_data(
@@ -314,6 +315,30 @@ def random_history(rng: random.Random, namespace: str = "default") -> list[Envel
     if rng.random() < 0.5:
         rng.shuffle(events)
     return events
+
+
+def fold_into(projections: dict[str, RunProjection], event: Envelope) -> None:
+    """The reference fold: ``apply_event`` for one event, by key, opening a run only on
+    ``run.requested`` or ``run.deleted`` and dropping it once its removal completed."""
+    key = run_key(event.namespace, event.name)
+    current = projections.get(key)
+    if current is None:
+        if event.event_type not in OPENING_EVENTS:
+            return
+        current = empty_projection(event.namespace, event.name)
+    updated = apply_event(current, event)
+    if updated.removed:
+        projections.pop(key, None)
+    else:
+        projections[key] = updated
+
+
+def fold_events(events: list[Envelope]) -> dict[str, RunProjection]:
+    """Replay's fold (``ProjectionFold``) of ``events``."""
+    fold = ProjectionFold()
+    for event in events:
+        fold.add(event)
+    return fold.projections()
 
 
 def fold_one_by_one(events: list[Envelope]) -> tuple[dict[str, RunProjection], set[str]]:
