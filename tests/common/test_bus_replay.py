@@ -3,7 +3,6 @@
 import gc
 import random
 
-import pytest
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from test_projection import fold_one_by_one, random_history
 
@@ -105,33 +104,3 @@ def test_collector_paused_turns_collection_back_on_only_if_it_was_on() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
-
-
-class ListingCutShort:
-    """A watch that ends its initial values before delivering any, as nats-py's can when
-    the server delivers the whole listing before the client counted a message of it."""
-
-    def __aiter__(self) -> "ListingCutShort":
-        return self
-
-    async def __anext__(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
-
-async def test_replay_purges_a_stale_key_its_listing_watch_did_not_report(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    events = await store_histories(bus, seed=5, histories=3)
-    expected, _ = fold_one_by_one(events)
-    await bus.runs.put("ns-gone.old", b"{}")
-
-    async def cut_short(**_: object) -> ListingCutShort:
-        return ListingCutShort()
-
-    monkeypatch.setattr(bus.runs, "watchall", cut_short)
-    await replay(bus)
-    stored = await bucket(bus, {*expected, "ns-gone.old"})
-    assert set(stored) == set(expected)
