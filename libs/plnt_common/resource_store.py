@@ -104,15 +104,23 @@ class ResourceStore:
             else None
         )
         key = object_key(resource.kind, namespace, resource.metadata.name)
-        for _ in range(CAS_ATTEMPTS):
-            current = await self.get(resource.kind, namespace, resource.metadata.name)
+        for attempt in range(CAS_ATTEMPTS):
+            # A key never written is tried first, without reading: a new object then costs
+            # one write. Anything there (an object, or a deleted one's marker) fails it.
+            first = attempt == 0
+            current = (
+                None if first else await self.get(resource.kind, namespace, resource.metadata.name)
+            )
             if current is None:
-                body = self._new_body(desired, namespace)
+                payload = _encode(self._new_body(desired, namespace))
                 try:
-                    revision = await self._kv.create(key, _encode(body))
+                    if first:
+                        revision = await self._kv.update(key, payload, last=0)
+                    else:
+                        revision = await self._kv.create(key, payload)
                 except KeyWrongLastSequenceError:
                     continue
-                return _decode(key, revision, _encode(body)), "created"
+                return _decode(key, revision, payload), "created"
             if current.metadata.get("deletionTimestamp"):
                 raise Conflict(
                     f"{resource.kind} {resource.metadata.name!r} is being deleted; "
@@ -178,8 +186,9 @@ class ResourceStore:
         its uid differs from ``uid`` (a newer object of the same name).
         """
         key = object_key(kind, namespace, name)
-        # What this store wrote last: tried first, so a writer that owns an object (the
-        # watcher and its statuses) skips the read; the compare-and-set catches a stale copy.
+        # What this store wrote or watched last: tried first, so a writer that owns an object
+        # (the watcher and its statuses) skips the read; the compare-and-set catches a stale
+        # copy.
         known = self._written.pop(key, None)
         for _ in range(CAS_ATTEMPTS):
             cached, known = known, None
@@ -299,9 +308,14 @@ class ResourceStore:
             if entry is None:  # end of the initial values
                 continue
             if entry.operation in ("DEL", "PURGE") or not entry.value:
+                self._written.pop(entry.key, None)
                 yield entry.key, None
             else:
-                yield entry.key, _decode(entry.key, entry.revision or 0, entry.value)
+                revision = entry.revision or 0
+                # a newer copy for ``mutate`` to write over, as if this store had read it
+                if revision > self._written.get(entry.key, (0, b""))[0]:
+                    self._written[entry.key] = (revision, entry.value)
+                yield entry.key, _decode(entry.key, revision, entry.value)
 
     async def watch_object(
         self, kind: str, namespace: str | None, name: str
