@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from plnt_common.processes import die_with_parent
+from plnt_common.processes import die_with_parent, stop_process
 
 SUT_CPU = 0
 """The core the system under test runs on (router, nginx, runner, executor)."""
@@ -115,13 +115,7 @@ class Child:
         """SIGTERM, then SIGKILL after 10 s; safe to call twice."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self.process = None
 
     def __enter__(self) -> "Child":

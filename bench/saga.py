@@ -24,6 +24,7 @@ from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import ManagedProcess
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.kv_batch import bucket_stream
 from plnt_common.bus.kv_watch import watch_entries
 from plnt_common.nats_server import NatsServer, free_port, wait_for_port
 from plnt_common.resource_store import ResourceStore
@@ -189,7 +190,7 @@ async def replay_rate(url: str) -> tuple[int, float, float]:
     session = await Session.open(url)
     try:
         kept = await replay(session)
-        await session.bus.js.purge_stream(f"KV_{subjects.RUNS_BUCKET}")
+        await session.bus.js.purge_stream(bucket_stream(subjects.RUNS_BUCKET))
         rebuilt = await replay(session)
     finally:
         await session.close()

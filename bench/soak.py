@@ -255,7 +255,7 @@ class Soak:
     async def _sagas_without_terminal(self, bus: Bus) -> list[str]:
         ended: set[str] = set()
         seen: set[str] = set()
-        async for stored in read_events(bus.js):
+        async for stored in read_events(bus.nc):
             if stored.event is not None:
                 seen.add(stored.event.sagaid)
                 if stored.event.event_type.is_terminal:
@@ -284,7 +284,7 @@ class Soak:
         terminals: Counter[str] = Counter()
         sagas: set[str] = set()
         self.history: dict[str, list[str]] = {}
-        async for stored in read_events(bus.js):
+        async for stored in read_events(bus.nc):
             if stored.event is None:
                 continue
             sagas.add(stored.event.sagaid)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from plnt_common.processes import die_with_parent
+from plnt_common.processes import die_with_parent, stop_process
 
 
 def nats_server_binary() -> str:
@@ -105,13 +105,5 @@ class NatsServer:
     def stop(self, *, kill: bool = False) -> None:
         if self.process is None:
             return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, kill=kill)
         self.process = None

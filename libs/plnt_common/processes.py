@@ -1,8 +1,9 @@
-"""Child-process helpers shared by ``plnt up`` and the local backend."""
+"""Child-process helpers shared by ``plnt up``, the local backend, tests and benchmarks."""
 
 import contextlib
 import ctypes
 import signal
+import subprocess
 import sys
 
 PR_SET_PDEATHSIG = 1
@@ -17,3 +18,20 @@ def die_with_parent() -> None:
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+def stop_process(
+    process: "subprocess.Popen[bytes]", *, kill: bool = False, grace_s: float = 10.0
+) -> None:
+    """SIGTERM (SIGKILL with ``kill``), then SIGKILL if it is still running after ``grace_s``."""
+    if process.poll() is not None:
+        return
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -80,7 +80,7 @@ class ResourceStore:
         self._kv = bus.resources
         self._nc = bus.nc
         self._reconnects = bus.reconnects
-        self._written: dict[str, tuple[int, bytes]] = {}
+        self._known: dict[str, tuple[int, bytes]] = {}
 
     async def get(self, kind: str, namespace: str | None, name: str) -> StoredObject | None:
         """The object, or None when it does not exist."""
@@ -189,7 +189,7 @@ class ResourceStore:
         # What this store wrote or watched last: tried first, so a writer that owns an object
         # (the watcher and its statuses) skips the read; the compare-and-set catches a stale
         # copy.
-        known = self._written.pop(key, None)
+        known = self._known.pop(key, None)
         for _ in range(CAS_ATTEMPTS):
             cached, known = known, None
             stored = cached or await self._read(key)
@@ -219,7 +219,7 @@ class ResourceStore:
                 revision = await self._kv.update(key, payload, last=revision)
             except KeyWrongLastSequenceError:
                 continue
-            self._written[key] = (revision, payload)
+            self._known[key] = (revision, payload)
             return _decode(key, revision, payload)
         raise Conflict(f"{key} kept changing; gave up after {CAS_ATTEMPTS} attempts")
 
@@ -308,13 +308,13 @@ class ResourceStore:
             if entry is None:  # end of the initial values
                 continue
             if entry.operation in ("DEL", "PURGE") or not entry.value:
-                self._written.pop(entry.key, None)
+                self._known.pop(entry.key, None)
                 yield entry.key, None
             else:
                 revision = entry.revision or 0
                 # a newer copy for ``mutate`` to write over, as if this store had read it
-                if revision > self._written.get(entry.key, (0, b""))[0]:
-                    self._written[entry.key] = (revision, entry.value)
+                if revision > self._known.get(entry.key, (0, b""))[0]:
+                    self._known[entry.key] = (revision, entry.value)
                 yield entry.key, _decode(entry.key, revision, entry.value)
 
     async def watch_object(

@@ -6,7 +6,7 @@ from nats.js.errors import KeyNotFoundError
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.kv_batch import MAX_BATCH, allows_atomic, put_all
+from plnt_common.bus.kv_batch import MAX_BATCH, allows_atomic, bucket_stream, put_all
 from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.errors import BusUnavailable
 
@@ -44,7 +44,7 @@ async def test_a_batch_the_server_refuses_is_an_error_and_stores_nothing(bus: Bu
 async def test_provisioning_turns_atomic_batches_on_for_a_bucket_made_without(
     bus: Bus,
 ) -> None:
-    stream = f"KV_{subjects.RUNS_BUCKET}"
+    stream = bucket_stream(subjects.RUNS_BUCKET)
     config = (await bus.js.stream_info(stream)).config
     config.allow_atomic = False
     await bus.js.update_stream(config)

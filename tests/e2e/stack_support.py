@@ -147,7 +147,7 @@ class Client:
     async def events(self, name: str) -> list[Envelope]:
         found = []
         async for stored in read_events(
-            self.bus.js, filter_subject=subjects.run_filter("default", name)
+            self.bus.nc, filter_subject=subjects.run_filter("default", name)
         ):
             assert stored.event is not None
             found.append(stored.event)

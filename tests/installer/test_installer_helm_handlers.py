@@ -130,7 +130,7 @@ async def _handle(handlers: InstallerHandlers, event: Envelope) -> None:
 async def _published(bus: Bus) -> list[tuple[EventType, dict[str, Any]]]:
     return [
         (stored.event.event_type, stored.event.data)
-        async for stored in read_events(bus.js)
+        async for stored in read_events(bus.nc)
         if stored.event is not None
     ]
 

@@ -291,7 +291,7 @@ async def outcome(bus: Bus, requested: Envelope, *, timeout_s: float = 20.0) -> 
     answers = {EventType.SPEC_PULLED, EventType.RUN_FAILED}
     deadline = asyncio.get_running_loop().time() + timeout_s
     while asyncio.get_running_loop().time() < deadline:
-        async for stored in read_events(bus.js, filter_subject=f"{subjects.SUBJECT_PREFIX}.>"):
+        async for stored in read_events(bus.nc, filter_subject=f"{subjects.SUBJECT_PREFIX}.>"):
             event = stored.event
             if event and event.sagaid == requested.sagaid and event.event_type in answers:
                 return event

@@ -42,6 +42,15 @@ async def apply_run(store: ResourceStore, name: str) -> StoredObject:
     return created
 
 
+async def run_events(bus: Bus, name: str) -> list[Envelope]:
+    """The stored events of run ``default/name``, oldest first."""
+    return [
+        stored.event
+        async for stored in read_events(bus.nc, filter_subject=subjects.run_filter("default", name))
+        if stored.event is not None
+    ]
+
+
 class RecordingStatus:
     """Stands in for ConvergingStatus at our own port: records what would be written."""
 
@@ -148,13 +157,7 @@ async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(
     await loop._on_change("default", "short-lived", created.body)
     # the watch reports it gone while nothing has folded its saga into plnt-runs yet
     await loop._on_change("default", "short-lived", None)
-    events = [
-        stored.event
-        async for stored in read_events(
-            bus.js, filter_subject=subjects.run_filter("default", "short-lived")
-        )
-        if stored.event is not None
-    ]
+    events = await run_events(bus, "short-lived")
     assert [(e.event_type, e.sagaid) for e in events] == [
         (EventType.RUN_REQUESTED, "default.short-lived.1.1"),
         (EventType.RUN_DELETED, "default.short-lived.1.2"),
@@ -176,13 +179,7 @@ async def test_a_run_deleted_the_usual_way_gets_one_deletion_saga(nats_url: str)
     await loop._on_change("default", "deleted", marked.body)  # deletionTimestamp: delete
     # the removal completed (the projection was dropped with it) and the object is gone
     await loop._on_change("default", "deleted", None)
-    events = [
-        stored.event
-        async for stored in read_events(
-            bus.js, filter_subject=subjects.run_filter("default", "deleted")
-        )
-        if stored.event is not None
-    ]
+    events = await run_events(bus, "deleted")
     assert [(e.event_type, e.sagaid) for e in events] == [
         (EventType.RUN_REQUESTED, "default.deleted.1.1"),
         (EventType.RUN_DELETED, "default.deleted.1.2"),

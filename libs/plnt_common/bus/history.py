@@ -1,9 +1,8 @@
 """Reading the stream back: for ``plnt history``, ``plnt replay`` and a late subscriber.
 
-An ephemeral pull consumer with no acks reads from the first message in stream order:
-``read_events`` decodes each event and stops at the last sequence that existed when
-reading began; ``read_payloads``, replay's faster reader, hands over the raw payloads of
-the messages pending when its consumer was created.
+An ephemeral pull consumer with no acks reads, in stream order, the messages pending when
+it was created (``read_batches``): ``read_events`` decodes each event, ``read_payloads``
+(replay's) hands over the raw payloads.
 """
 
 import asyncio
@@ -17,7 +16,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, FetchTimeoutError, NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from plnt_common import subjects
 from plnt_common.errors import BusUnavailable, SpecInvalid
@@ -42,31 +41,22 @@ class StoredEvent:
 
 
 async def read_events(
-    js: JetStreamContext, *, filter_subject: str = f"{subjects.SUBJECT_PREFIX}.>"
+    nc: Client, *, filter_subject: str = f"{subjects.SUBJECT_PREFIX}.>"
 ) -> AsyncIterator[StoredEvent]:
-    """Every stored event matching ``filter_subject``, oldest first."""
-    info = await js.stream_info(subjects.STREAM)
-    last = info.state.last_seq
-    if info.state.messages == 0:
-        return
-    config = _reader_config(filter_subject)
-    sub = await js.pull_subscribe(filter_subject, stream=subjects.STREAM, config=config)
+    """Every stored event matching ``filter_subject``, oldest first (see ``read_batches``)."""
+    async for batch in read_batches(
+        nc, stream=subjects.STREAM, config=_reader_config(filter_subject), keep=_stored_event
+    ):
+        for stored in batch:
+            yield stored
+
+
+def _stored_event(msg: Msg) -> StoredEvent:
+    sequence = msg.metadata.sequence.stream
     try:
-        while True:
-            try:
-                msgs = await sub.fetch(batch=BATCH, timeout=0.5)
-            except (NatsTimeout, FetchTimeoutError, TimeoutError):
-                return  # nothing more matches
-            for msg in msgs:
-                sequence = msg.metadata.sequence.stream
-                try:
-                    yield StoredEvent(sequence, msg.subject, decode_event(msg.data))
-                except SpecInvalid as exc:
-                    yield StoredEvent(sequence, msg.subject, None, str(exc))
-                if sequence >= last or msg.metadata.num_pending == 0:
-                    return
-    finally:
-        await sub.unsubscribe()
+        return StoredEvent(sequence, msg.subject, decode_event(msg.data))
+    except SpecInvalid as exc:
+        return StoredEvent(sequence, msg.subject, None, str(exc))
 
 
 def _reader_config(filter_subject: str) -> api.ConsumerConfig:

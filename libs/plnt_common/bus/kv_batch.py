@@ -10,9 +10,11 @@ before 2.12 that dropped the flag) is written key by key instead.
 import asyncio
 import json
 import uuid
+from collections.abc import Awaitable, Callable, Iterable
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
+from nats.js.client import KV_PRE_TEMPLATE, KV_STREAM_TEMPLATE
 from nats.js.errors import NotFoundError
 
 from plnt_common.errors import BusUnavailable
@@ -24,7 +26,13 @@ WRITES_IN_FLIGHT = 64
 
 
 def bucket_stream(bucket: str) -> str:
-    return f"KV_{bucket}"
+    """The stream behind a KV bucket."""
+    return KV_STREAM_TEMPLATE.format(bucket=bucket)
+
+
+def key_prefix(bucket: str) -> str:
+    """The subject prefix a KV bucket's keys are written under."""
+    return KV_PRE_TEMPLATE.format(bucket=bucket)
 
 
 async def allows_atomic(nc: Client, bucket: str) -> bool:
@@ -56,7 +64,7 @@ async def put_all(
 
 async def _put_batch(nc: Client, bucket: str, pairs: list[tuple[str, bytes]]) -> None:
     batch_id = uuid.uuid4().hex
-    prefix = f"$KV.{bucket}."  # where kv.put writes a key
+    prefix = key_prefix(bucket)
     try:
         for sequence, (key, value) in enumerate(pairs[:-1], start=1):
             headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(sequence)}
@@ -77,10 +85,22 @@ async def _put_batch(nc: Client, bucket: str, pairs: list[tuple[str, bytes]]) ->
 
 async def _put_one_by_one(nc: Client, bucket: str, items: dict[str, bytes]) -> None:
     kv = await nc.jetstream().key_value(bucket)
-    slots = asyncio.Semaphore(WRITES_IN_FLIGHT)  # independent keys: write them concurrently
+    await each_in_flight(lambda key: kv.put(key, items[key]), items)
 
-    async def put(key: str, value: bytes) -> None:
+
+async def purge_all(nc: Client, bucket: str, keys: Iterable[str]) -> None:
+    """Purge every key, a bounded number at a time."""
+    kv = await nc.jetstream().key_value(bucket)
+    await each_in_flight(kv.purge, keys)
+
+
+async def each_in_flight(call: Callable[[str], Awaitable[object]], keys: Iterable[str]) -> None:
+    """``call(key)`` for every key, at most ``WRITES_IN_FLIGHT`` at once (keys are
+    independent, so their writes need not wait for each other)."""
+    slots = asyncio.Semaphore(WRITES_IN_FLIGHT)
+
+    async def one(key: str) -> None:
         async with slots:
-            await kv.put(key, value)
+            await call(key)
 
-    await asyncio.gather(*(put(key, value) for key, value in items.items()))
+    await asyncio.gather(*(one(key) for key in keys))

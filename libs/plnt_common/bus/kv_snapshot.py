@@ -10,12 +10,10 @@ count comes with the consumer's creation, so exactly that many messages are read
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
+from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 
 from plnt_common.bus.history import read_batches
-from plnt_common.bus.kv_batch import bucket_stream
-
-KV_OPERATION = "KV-Operation"
-"""The header nats-py's KV sets on delete and purge markers."""
+from plnt_common.bus.kv_batch import bucket_stream, key_prefix
 
 
 async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, tuple[int, bytes]]:
@@ -24,7 +22,7 @@ async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, tup
 
     Raises ``BusUnavailable`` when the server does not answer a batch.
     """
-    prefix = f"$KV.{bucket}."
+    prefix = key_prefix(bucket)
     config = api.ConsumerConfig(
         ack_policy=api.AckPolicy.NONE,
         deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
@@ -47,8 +45,8 @@ async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, tup
 
 def _key_value(msg: Msg) -> tuple[str, int, bytes | None]:
     """(subject, revision, value), value None for a delete or purge marker."""
-    operation = (msg.headers or {}).get(KV_OPERATION)
-    value = None if operation in ("DEL", "PURGE") or not msg.data else msg.data
+    operation = (msg.headers or {}).get(KV_OP)
+    value = None if operation in (KV_DEL, KV_PURGE) or not msg.data else msg.data
     return msg.subject, msg.metadata.sequence.stream, value
 
 

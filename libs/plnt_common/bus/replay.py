@@ -1,6 +1,5 @@
 """``plnt replay``: rebuild ``plnt-runs`` from the stream alone."""
 
-import asyncio
 import contextlib
 import gc
 import time
@@ -10,13 +9,11 @@ from dataclasses import dataclass
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_payloads
-from plnt_common.bus.kv_batch import put_all
+from plnt_common.bus.kv_batch import purge_all, put_all
 from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.errors import SpecInvalid
 from plnt_common.events import decode_event
 from plnt_common.projection import ProjectionFold
-
-WRITES_IN_FLIGHT = 64
 
 
 @dataclass(frozen=True)
@@ -49,13 +46,7 @@ async def replay(bus: Bus) -> ReplayStats:
         stored = {k: v for k, (_, v) in (await kv_snapshot(bus.nc, subjects.RUNS_BUCKET)).items()}
         stale = [key for key in stored if key not in folded]
         changed = {key: value for key, value in folded.items() if stored.get(key) != value}
-        slots = asyncio.Semaphore(WRITES_IN_FLIGHT)  # independent keys: purge concurrently
-
-        async def purge(key: str) -> None:
-            async with slots:
-                await bus.runs.purge(key)
-
-        await asyncio.gather(*(purge(key) for key in stale))
+        await purge_all(bus.nc, subjects.RUNS_BUCKET, stale)
         await put_all(bus.nc, subjects.RUNS_BUCKET, changed)
     return ReplayStats(events=count, runs=len(folded), seconds=time.perf_counter() - started)
 

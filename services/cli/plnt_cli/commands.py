@@ -183,7 +183,7 @@ async def history(session: Session, *, name: str, namespace: str) -> str:
     first: float | None = None
     previous: dict[str, float] = {}
     async for stored in read_events(
-        session.bus.js, filter_subject=subjects.run_filter(namespace, name)
+        session.bus.nc, filter_subject=subjects.run_filter(namespace, name)
     ):
         event = stored.event
         if event is None:

@@ -2,7 +2,7 @@
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.saga import advance_latest_saga, latest_saga
@@ -28,6 +28,14 @@ log = get_logger(__name__)
 PENDING_STATUS = {"phase": "Pending"}
 
 
+class _Requested(NamedTuple):
+    """The saga the resource loop started for a run, and the object it rolls out."""
+
+    uid: str
+    generation: int
+    saga: str
+
+
 class ResourceLoop:
     """Turns resource changes into saga starts, deletions and finalizer changes."""
 
@@ -38,7 +46,7 @@ class ResourceLoop:
         # The saga this loop requested per run, with the (uid, generation) it rolls out: the
         # echoes of its own writes before the first fold need no decision (deciding again
         # is only idempotent), and a run gone before that fold still gets its deletion.
-        self._requested: dict[tuple[str, str], tuple[str, int, str]] = {}
+        self._requested: dict[tuple[str, str], _Requested] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -55,11 +63,15 @@ class ResourceLoop:
         if body is None:
             requested = self._requested.pop((namespace, name), None)
             projection = await self._projections.get(namespace=namespace, name=name)
-            await self._on_gone(namespace, name, projection, requested[2] if requested else "")
+            await self._on_gone(namespace, name, projection, requested.saga if requested else "")
             return
         facts = logic.ResourceFacts.from_body(body)
         requested = self._requested.get((namespace, name))
-        if logic.adopted(facts) and requested and requested[:2] == (facts.uid, facts.generation):
+        if (
+            logic.adopted(facts)
+            and requested
+            and (requested.uid, requested.generation) == (facts.uid, facts.generation)
+        ):
             return
         projection = await self._projections.get(namespace=namespace, name=name)
         actions = logic.decide(facts, projection)
@@ -169,7 +181,9 @@ class ResourceLoop:
         # (another saga recorded: a newer one, another replica saw more)
         if recorded == sagaid and await self._bus.publish(event):
             log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
-        self._requested[(facts.namespace, facts.name)] = (facts.uid, facts.generation, sagaid)
+        self._requested[(facts.namespace, facts.name)] = _Requested(
+            facts.uid, facts.generation, sagaid
+        )
 
     async def _request_deletion(self, namespace: str, name: str, after_saga: str) -> None:
         """Start the deletion saga above ``after_saga``, the newest known saga of the run.

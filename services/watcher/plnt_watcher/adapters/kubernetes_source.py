@@ -292,7 +292,7 @@ class KubernetesSource:
 
         await self._edit_finalizers(namespace, name, add)
         if pending_status is not None:
-            await self._write_status_if_unset(namespace, name, pending_status)
+            await self._replace_status(namespace, name, pending_status, only_if_unset=True)
 
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
         """Remove ``finalizer``; an object marked for deletion with none left goes away."""
@@ -308,11 +308,6 @@ class KubernetesSource:
         ``observedGeneration`` included.
         """
         return await self._replace_status(namespace, name, status)
-
-    async def _write_status_if_unset(
-        self, namespace: str, name: str, status: dict[str, Any]
-    ) -> None:
-        await self._replace_status(namespace, name, status, only_if_unset=True)
 
     async def _replace_status(
         self, namespace: str, name: str, status: dict[str, Any], *, only_if_unset: bool = False
