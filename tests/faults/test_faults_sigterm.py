@@ -23,10 +23,13 @@ async def test_an_installer_stopped_mid_install_finishes_the_step_once(
     await asyncio.sleep(0.1)
     await client.apply(run_document("terminated", registry=registry))
     await reached
-    pid = installer.pid
-    os.kill(pid, signal.SIGTERM)
+    stopping = installer.process
+    assert stopping is not None
+    os.kill(stopping.pid, signal.SIGTERM)
 
     await client.wait_phase("terminated", "Ready")
+    # The run can be Ready before the old process has drained and logged its stop.
+    await asyncio.to_thread(stopping.wait, timeout=30)
     kinds = Counter(e.event_type for e in await client.events("terminated"))
     assert kinds[EventType.CANARY_INSTALLED] == 1
     lines = [
