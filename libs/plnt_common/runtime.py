@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import start_http_server
 
+from plnt_common import event_loop
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.settings import CommonSettings
 
@@ -35,4 +36,4 @@ def run_service(name: str, settings: CommonSettings, body: ServiceBody) -> None:
         await body(stop)
         log.info("service.stopped")
 
-    asyncio.run(main())
+    event_loop.run(main())

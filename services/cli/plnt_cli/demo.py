@@ -19,6 +19,7 @@ import yaml
 from plnt_cli.commands import Session, wait_for_phase
 from plnt_cli.progress import SagaFollower
 from plnt_cli.up import Stack, stack_config, wait_until_ready
+from plnt_common import event_loop
 from plnt_common.errors import PlntError
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
@@ -156,7 +157,7 @@ def run_demo(
     stack = Stack(config, say=say)
     stack.start()
     try:
-        code = asyncio.run(deploy_and_invoke(stack, say=say))
+        code = event_loop.run(deploy_and_invoke(stack, say=say))
     except PlntError as exc:
         say(f"plnt demo: {exc}")
         say(f"  logs: {config.data_dir / 'logs'}")

@@ -1,7 +1,6 @@
 """``plnt``: argument parsing and the one place errors become a single line for the user."""
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -11,6 +10,7 @@ from typing import TypeVar
 from plnt_cli import commands
 from plnt_cli.locate import resolve_nats_url
 from plnt_cli.serve import SERVICES, service_main
+from plnt_common import event_loop
 from plnt_common.errors import PlntError
 from plnt_common.logs import configure_logging
 from plnt_common.names import DEFAULT_NAMESPACE
@@ -131,7 +131,7 @@ def dispatch(args: argparse.Namespace) -> int:
             keep=args.keep,
             say=say,
         )
-    return asyncio.run(dispatch_bus_command(args))
+    return event_loop.run(dispatch_bus_command(args))
 
 
 async def dispatch_bus_command(args: argparse.Namespace) -> int:

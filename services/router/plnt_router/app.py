@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from plnt_common import event_loop
 from plnt_common.bus import connect
 from plnt_common.logs import configure_logging, get_logger
 from plnt_router.adapters.route_watch import RouteWatcher
@@ -149,4 +150,4 @@ def main() -> None:
     """Entry point of ``plnt serve router``: settings from the environment, JSON logs."""
     settings = RouterSettings()
     configure_logging(level=settings.log_level, fmt=settings.log_format, service="router")
-    asyncio.run(serve(settings=settings))
+    event_loop.run(serve(settings=settings))

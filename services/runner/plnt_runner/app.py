@@ -17,6 +17,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
 
+from plnt_common import event_loop
 from plnt_common.errors import PlntError, SpecInvalid
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.workflow import parse_workflow, spec_digest
@@ -206,7 +207,7 @@ def main() -> None:
         raise SystemExit(2) from None
     configure_logging(level=settings.log_level, fmt=settings.log_format, service="runner")
     try:
-        asyncio.run(serve(settings))
+        event_loop.run(serve(settings))
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
         raise SystemExit(130) from None
     except (PlntError, OSError) as exc:

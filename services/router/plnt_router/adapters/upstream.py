@@ -22,6 +22,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from typing import cast
 from urllib.parse import urlsplit
 
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
@@ -91,8 +92,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport (uvloop's does not subclass asyncio.Transport: no isinstance)
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if not self._active:
