@@ -26,6 +26,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.saga import SagaState
+from plnt_common.workflow import spec_digest
 from plnt_puller import logic
 from plnt_puller.ports import BackendCatalog, Registry, SpecStore
 
@@ -69,8 +70,8 @@ class PullHandler:
                 await self._fail(event, gate)
             return
         try:
-            raw, backend = await reads
-            pulled = await self._pull(run, raw, backend)
+            (raw, stored), backend = await reads
+            pulled = await self._pull(run, raw, backend, stored=stored)
         except Exception as exc:
             failure = logic.failure_for(exc, ref=run.spec.workflow.ref)
             if failure is None:
@@ -87,14 +88,17 @@ class PullHandler:
         )
         await self._fail(event, failure)
 
-    async def _fetch(self, run: RunSnapshot) -> bytes:
+    async def _fetch(self, run: RunSnapshot) -> tuple[bytes, bool]:
+        """The spec's bytes, and whether the spec store holds them already."""
         ref = run.spec.workflow
-        return await self.registry.fetch(registry=ref.registry, name=ref.name, version=ref.version)
+        raw = await self.registry.fetch(registry=ref.registry, name=ref.name, version=ref.version)
+        return raw, await self.specs.contains(digest=spec_digest(raw))
 
     async def _pull(
-        self, run: RunSnapshot, raw: bytes, backend: PlntBackendSpec | None
+        self, run: RunSnapshot, raw: bytes, backend: PlntBackendSpec | None, *, stored: bool
     ) -> SpecPulled:
-        """Verify, validate, check the backend, then store; raises ``PlntError``."""
+        """Verify, validate, check the backend, then store unless ``stored``; raises
+        ``PlntError``."""
         ref = run.spec.workflow
         digest = logic.verify_integrity(raw=raw, pinned=ref.integrity_hash)
         workflow = logic.validate_spec(raw=raw, name=ref.name, version=ref.version)
@@ -103,8 +107,9 @@ class PullHandler:
             name=selection.cluster, backend=backend, gpu_class=selection.gpu_class
         )
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
-        stored = await self.specs.put(digest=digest, data=raw)
-        log.info("pull.spec_stored", digest=digest, written=stored)
+        if not stored:
+            await self.specs.put(digest=digest, data=raw)
+        log.info("pull.spec_stored", digest=digest, written=not stored)
         return logic.spec_pulled(
             run=run,
             digest=digest,

@@ -38,10 +38,13 @@ class BackendCatalog(Protocol):
 class SpecStore(Protocol):
     """Content-addressed storage of pulled spec bytes (``plnt-specs``)."""
 
-    async def put(self, *, digest: str, data: bytes) -> bool:
-        """Store ``data`` under ``digest`` unless it is there; True when written now.
+    async def contains(self, *, digest: str) -> bool:
+        """True when an object is stored under ``digest`` (so it holds these bytes).
 
-        Idempotent: a second call with the same digest writes nothing. Raises
-        ``BusUnavailable`` (retryable) when the store did not answer.
+        Raises ``BusUnavailable`` (retryable) when the store did not answer.
         """
+        ...
+
+    async def put(self, *, digest: str, data: bytes) -> None:
+        """Store ``data`` under ``digest``; raises ``BusUnavailable`` (retryable)."""
         ...

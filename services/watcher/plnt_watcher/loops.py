@@ -1,6 +1,7 @@
 """The watcher's two long-running loops: resources to sagas, and step deadlines."""
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -81,10 +82,14 @@ class ResourceLoop:
             if logic.Action.WRITE_PENDING in actions:
                 actions.remove(logic.Action.WRITE_PENDING)  # written with the finalizer
                 pending = None if body.get("status") else dict(PENDING_STATUS)
-            # Before the saga starts, so the run shows Pending before its first phase.
-            await self._source.add_finalizer(
+            adopt = self._source.add_finalizer(
                 namespace=namespace, name=name, finalizer=logic.FINALIZER, pending_status=pending
             )
+            if logic.Action.REQUEST_SAGA in actions:
+                actions.remove(logic.Action.REQUEST_SAGA)
+                await self._request_saga(facts, body, adopting=adopt)
+            else:
+                await adopt
         for action in actions:
             await self._act(action, facts, body, projection)
 
@@ -146,19 +151,34 @@ class ResourceLoop:
             attempt += 1
         return saga_id(namespace, name, generation, attempt)
 
-    async def _request_saga(self, facts: logic.ResourceFacts, body: dict[str, Any]) -> None:
+    async def _request_saga(
+        self,
+        facts: logic.ResourceFacts,
+        body: dict[str, Any],
+        *,
+        adopting: Coroutine[Any, Any, None] | None = None,
+    ) -> None:
+        """Publish the run's next saga; ``adopting``: the write that puts the finalizer on.
+
+        The saga's id and its registry record need not wait for that write, its first
+        event does: the run shows Pending before its first phase, and a deletion from
+        then on goes through the finalizer.
+        """
         try:
             run = parse_resource({k: v for k, v in body.items() if k != "status"})
         except SpecInvalid as exc:
             log.error(
                 "resource.invalid", namespace=facts.namespace, name=facts.name, error=str(exc)
             )
+            if adopting is not None:
+                await adopting
             return
         assert isinstance(run, WorkflowRun)
-        sagaid, latest = await asyncio.gather(
-            self._free_saga_id(facts.namespace, facts.name, facts.generation),
-            latest_saga(self._bus, facts.namespace, facts.name),
-        )
+        async with asyncio.TaskGroup() as group:
+            if adopting is not None:
+                group.create_task(adopting)
+            recording = group.create_task(self._record_saga(facts))
+        sagaid, recorded = recording.result()
         snapshot = RunSnapshot(
             namespace=facts.namespace,
             name=facts.name,
@@ -175,15 +195,23 @@ class ResourceLoop:
             generation=facts.generation,
             source=SERVICE,
         )
-        recorded = await advance_latest_saga(
-            self._bus, facts.namespace, facts.name, sagaid, read=latest
-        )
         # (another saga recorded: a newer one, another replica saw more)
         if recorded == sagaid and await self._bus.publish(event):
             log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
         self._requested[(facts.namespace, facts.name)] = _Requested(
             facts.uid, facts.generation, sagaid
         )
+
+    async def _record_saga(self, facts: logic.ResourceFacts) -> tuple[str, str]:
+        """(the generation's free saga id, the run's latest saga once that id is recorded)."""
+        sagaid, latest = await asyncio.gather(
+            self._free_saga_id(facts.namespace, facts.name, facts.generation),
+            latest_saga(self._bus, facts.namespace, facts.name),
+        )
+        recorded = await advance_latest_saga(
+            self._bus, facts.namespace, facts.name, sagaid, read=latest
+        )
+        return sagaid, recorded
 
     async def _request_deletion(self, namespace: str, name: str, after_saga: str) -> None:
         """Start the deletion saga above ``after_saga``, the newest known saga of the run.

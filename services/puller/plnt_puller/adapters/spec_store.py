@@ -1,7 +1,8 @@
 """Pulled spec bytes in the ``plnt-specs`` object store, named by their digest.
 
-Content addressing makes the write idempotent: an object already under the digest holds
-the same bytes, so it is left alone. It does not read specs back (runners do) or delete.
+Content addressing makes a stored spec final: an object under the digest holds the same
+bytes, so the puller asks ``contains`` and writes only what is missing. It does not read
+specs back (runners do) or delete.
 """
 
 from nats.errors import Error as NatsError
@@ -17,17 +18,19 @@ class ObjectStoreSpecs:
     def __init__(self, *, store: ObjectStore) -> None:
         self._store = store
 
-    async def put(self, *, digest: str, data: bytes) -> bool:
-        """True when written now, False when present; ``BusUnavailable`` on bus errors."""
+    async def contains(self, *, digest: str) -> bool:
         try:
-            try:
-                await self._store.get_info(digest)
-                return False
-            except ObjectNotFoundError:
-                pass
+            await self._store.get_info(digest)
+        except ObjectNotFoundError:
+            return False
+        except (NatsError, TimeoutError) as exc:
+            raise BusUnavailable(f"cannot look up spec {digest}: {exc!r}") from None
+        return True
+
+    async def put(self, *, digest: str, data: bytes) -> None:
+        try:
             # Chunks first, metadata last: a crash mid-put leaves no visible object,
             # so the redelivered pull writes it again.
             await self._store.put(digest, data)
         except (NatsError, TimeoutError) as exc:
             raise BusUnavailable(f"cannot store spec {digest}: {exc!r}") from None
-        return True
