@@ -10,6 +10,7 @@ from plnt_common.bus.history import read_events
 from plnt_common.events import (
     Envelope,
     EventType,
+    RunFailed,
     RunRequested,
     RunSnapshot,
     SpecPulled,
@@ -17,12 +18,14 @@ from plnt_common.events import (
     new_event,
     saga_id,
 )
+from plnt_common.projection import apply_event, empty_projection
 from plnt_common.resource_store import ResourceStore, StoredObject
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec, parse_resource
+from plnt_common.status import Phase, Reason
 from plnt_watcher.adapters.embedded_source import EmbeddedSource
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.handlers import ProjectionHandlers
-from plnt_watcher.logic import FINALIZER
+from plnt_watcher.logic import FINALIZER, status_document
 from plnt_watcher.loops import ResourceLoop
 
 SPEC = WorkflowRunSpec.model_validate(
@@ -63,32 +66,35 @@ class RecordingStatus:
         self.writes.append(status)
         return True
 
+    async def write_once(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        self.writes.append(status)
+        return True
+
+    async def converge(self, *, namespace: str, name: str, revision: int) -> bool:
+        return True
+
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
         raise AssertionError("not removed")
 
 
-async def test_a_redelivered_event_writes_the_status_again(nats_url: str) -> None:
-    bus = await Bus.open(nats_url, service="test")
-    status = RecordingStatus()
-    handlers = ProjectionHandlers(
-        bus=bus,
-        projections=ProjectionStore(bus.runs),
-        source=status,  # type: ignore[arg-type]
-    )
-    event = new_event(
+def requested_event(name: str) -> Envelope:
+    return new_event(
         EventType.RUN_REQUESTED,
-        RunRequested(run=RunSnapshot(namespace="default", name="wf", generation=1, spec=SPEC)),
+        RunRequested(run=RunSnapshot(namespace="default", name=name, generation=1, spec=SPEC)),
         namespace="default",
-        name="wf",
-        sagaid=saga_id("default", "wf", 1),
+        name=name,
+        sagaid=saga_id("default", name, 1),
         generation=1,
         source="test",
     )
-    pulled = follow_up(
-        event,
+
+
+def pulled_event(requested: Envelope) -> Envelope:
+    return follow_up(
+        requested,
         EventType.SPEC_PULLED,
         SpecPulled(
-            run=event.payload().run,
+            run=requested.payload().run,
             spec_digest="sha256:" + "a" * 64,
             workflow_name="wf",
             workflow_version="1.0.0",
@@ -98,12 +104,62 @@ async def test_a_redelivered_event_writes_the_status_again(nats_url: str) -> Non
         ),
         source="test",
     )
-    delivery = Delivery(msg=None, attempt=1)  # type: ignore[arg-type]
-    await handlers.handle(event, delivery)
-    await handlers.handle(pulled, delivery)
+
+
+DELIVERY = Delivery(msg=None, attempt=1)  # type: ignore[arg-type]
+
+
+def recording_handlers(bus: Bus, status: "RecordingStatus") -> ProjectionHandlers:
+    """A watcher replica's event handler with its own projection copies."""
+    return ProjectionHandlers(
+        bus=bus,
+        projections=ProjectionStore(bus.runs),
+        source=status,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_redelivered_event_writes_the_status_again(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    status = RecordingStatus()
+    handlers = recording_handlers(bus, status)
+    event = requested_event("wf")
+    pulled = pulled_event(event)
+    await handlers.handle(event, DELIVERY)
+    await handlers.handle(pulled, DELIVERY)
     # the first delivery folded the event, then its status write failed; it comes back
-    await handlers.handle(pulled, delivery)
+    await handlers.handle(pulled, DELIVERY)
     assert [w["phase"] for w in status.writes] == ["Pulling", "Installing", "Installing"]
+    await bus.close()
+
+
+async def test_a_fold_that_lost_to_another_replica_is_folded_again_over_its_write(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.runs.purge("default.raced")
+    mine = RecordingStatus()
+    replica = recording_handlers(bus, mine)
+    other = recording_handlers(bus, RecordingStatus())
+    requested = requested_event("raced")
+    pulled = pulled_event(requested)
+    failed = follow_up(
+        pulled,
+        EventType.RUN_FAILED,
+        RunFailed(reason=Reason.INSTALL_FAILED, message="no", phase=Phase.INSTALLING),
+        source="test",
+    )
+    await replica.handle(requested, DELIVERY)
+    await other.handle(pulled, DELIVERY)  # the replica's own copy is now one write behind
+    await replica.handle(failed, DELIVERY)
+
+    expected = empty_projection("default", "raced")
+    for event in (requested, pulled, failed):
+        expected = apply_event(expected, event)
+    stored = await ProjectionStore(bus.runs).get(namespace="default", name="raced")
+    assert stored == expected
+    # its first status (folded over its stale copy) was written again from the new fold
+    assert mine.writes[-1] == status_document(expected)
+    assert len(mine.writes) == 3
     await bus.close()
 
 

@@ -53,28 +53,40 @@ class ConvergingStatus:
         await self._source.release_finalizer(namespace=namespace, name=name, finalizer=finalizer)
 
     async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
-        """Write ``status`` and again while the projection moved on meanwhile.
-
-        The projection's revision tells whether it moved: only then is it read and decoded.
-        False when the object is gone.
-        """
-        return await self.write_folded(namespace=namespace, name=name, status=status, revision=0)
+        """Write the newest projection's status (``status`` when there is none), and again
+        while the projection moved on meanwhile. False when the object is gone."""
+        newest, revision = await self._projections.read(namespace=namespace, name=name)
+        if newest is not None and not newest.removed:
+            status = status_document(newest)
+        return await self.write_folded(
+            namespace=namespace, name=name, status=status, revision=revision
+        )
 
     async def write_folded(
         self, *, namespace: str, name: str, status: dict[str, Any], revision: int
     ) -> bool:
-        """Write the status folded at projection ``revision`` (0: unknown, read the newest)."""
+        """Write the status folded at projection ``revision``, then ``converge``."""
+        if not await self.write_once(namespace=namespace, name=name, status=status):
+            return False
+        return await self.converge(namespace=namespace, name=name, revision=revision)
+
+    async def write_once(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        """Write ``status`` with no check: the caller ``converge``s once its fold is stored."""
+        return await self._source.write_status(namespace=namespace, name=name, status=status)
+
+    async def converge(self, *, namespace: str, name: str, revision: int) -> bool:
+        """After writing the status folded at ``revision``: while the projection moved on,
+        write the newest. Its revision tells whether it moved: only then is it decoded."""
         for _ in range(MAX_ROUNDS):
-            if not revision:
-                newest = await self._projections.get(namespace=namespace, name=name)
-                if newest is not None and not newest.removed:
-                    status = status_document(newest)
-                revision = await self._projections.revision(namespace=namespace, name=name)
-            if not await self._source.write_status(namespace=namespace, name=name, status=status):
-                return False
             now = await self._projections.revision(namespace=namespace, name=name)
             if now in (0, revision):
                 return True
             log.info("status.rewritten", namespace=namespace, name=name)
-            revision = 0  # moved on while we wrote: write the newest
+            newest, revision = await self._projections.read(namespace=namespace, name=name)
+            if newest is None or newest.removed:
+                return True  # removed meanwhile: the handler of that event finishes the run
+            if not await self.write_once(
+                namespace=namespace, name=name, status=status_document(newest)
+            ):
+                return False
         return True
