@@ -193,15 +193,7 @@ class PullerUnderTest:
 
     async def request(self, run: RunSnapshot) -> Envelope:
         """Publish ``run.requested`` for ``run`` as the watcher would."""
-        event = new_event(
-            EventType.RUN_REQUESTED,
-            RunRequested(run=run),
-            namespace=run.namespace,
-            name=run.name,
-            sagaid=saga_id(run.namespace, run.name, run.generation),
-            generation=run.generation,
-            source="test",
-        )
+        event = requested(run)
         await self.bus.publish(event)
         return event
 
@@ -245,3 +237,16 @@ class PullerUnderTest:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"the puller did not ack {request.sagaid} in {timeout_s}s")
             await asyncio.sleep(0.05)
+
+
+def requested(run: RunSnapshot) -> Envelope:
+    """The ``run.requested`` event the watcher publishes for ``run``."""
+    return new_event(
+        EventType.RUN_REQUESTED,
+        RunRequested(run=run),
+        namespace=run.namespace,
+        name=run.name,
+        sagaid=saga_id(run.namespace, run.name, run.generation),
+        generation=run.generation,
+        source="test",
+    )

@@ -20,6 +20,7 @@ from puller_support import (
     PullerUnderTest,
     S3Source,
     SpecSource,
+    requested,
     run_snapshot,
     workflow_doc,
     workflow_yaml,
@@ -27,8 +28,16 @@ from puller_support import (
 
 from plnt_common import subjects
 from plnt_common.bus.saga import advance_latest_saga
-from plnt_common.events import Envelope, EventType, RunFailed, SpecPulled, saga_id
+from plnt_common.events import (
+    Envelope,
+    EventType,
+    RunFailed,
+    SpecPulled,
+    follow_up,
+    saga_id,
+)
 from plnt_common.nats_server import free_port
+from plnt_common.saga import TerminalClaim
 from plnt_common.status import Reason
 from plnt_common.workflow import MAX_SPEC_BYTES, spec_digest
 
@@ -84,6 +93,7 @@ async def test_redelivery_after_success_publishes_no_second_spec_pulled(
     request = await puller.request(run_snapshot(registry=file_source.url))
     await puller.outcome(request)
     await puller.wait_handled(request)
+    first = await puller.bus.specs.get_info(spec_digest(data))
 
     # Forget the consumer's acks, so the restarted puller is handed run.requested again.
     await puller.stop()
@@ -95,6 +105,8 @@ async def test_redelivery_after_success_publishes_no_second_spec_pulled(
     assert consumer.delivered.stream_seq >= 1  # the request really went through a second time
     assert len(await puller.events_of(EventType.SPEC_PULLED)) == 1
     assert (await puller.bus.specs.get(spec_digest(data))).data == data
+    again = await puller.bus.specs.get_info(spec_digest(data))
+    assert again.nuid == first.nuid  # the stored spec was found, not written again
 
 
 # --- the spec refused ----------------------------------------------------------------
@@ -317,3 +329,24 @@ async def test_an_ended_saga_is_acked_without_any_outcome(
 
     assert await puller.events_of(EventType.RUN_FAILED) == []
     await assert_nothing_pulled_or_stored(puller, data)
+
+
+async def test_a_failure_claimed_before_a_crash_is_published_when_the_request_comes_back(
+    puller: PullerUnderTest, file_source: FileSource
+) -> None:
+    """An earlier delivery claimed run.failed, then died before publishing it."""
+    run = run_snapshot(registry=file_source.url)  # nothing published there: SpecNotFound
+    request = requested(run)
+    claimed = follow_up(
+        request,
+        EventType.RUN_FAILED,
+        RunFailed(reason=Reason.SPEC_NOT_FOUND, message="claimed, never published"),
+        source="puller",
+    )
+    await puller.bus.sagas.create(request.sagaid, TerminalClaim.of(claimed).encode())
+    await puller.bus.publish(request)
+
+    await puller.wait_handled(request)
+
+    failures = await puller.events_of(EventType.RUN_FAILED)
+    assert [failure.id for failure in failures] == [claimed.id]

@@ -9,7 +9,7 @@ from plnt_common.projection import RunProjection
 from plnt_common.releases import DesiredRelease, ReleaseRole
 from plnt_common.resources import SmokeTest, WorkflowRunStatus
 from plnt_common.routes import RouteEntry, RouteTarget
-from plnt_common.saga import SagaState, classify
+from plnt_common.saga import SagaState, TerminalClaim, classify
 from plnt_common.status import Phase
 from plnt_installer import logic as installer
 from plnt_promoter import logic as promoter
@@ -73,6 +73,30 @@ def test_a_saga_is_classified_against_the_runs_latest_saga(
     latest: str, ended: bool, expected: SagaState
 ) -> None:
     assert classify(event(2), latest, ended) is expected
+
+
+CLAIMED = event(2)
+
+
+@pytest.mark.parametrize(
+    ("raw", "event_type", "kept"),
+    [
+        (CLAIMED.model_dump_json().encode(), "run.deleted", True),
+        (b"run.failed", "run.failed", False),
+        (b"{not json", "", False),
+    ],
+    ids=["the-event", "type-only", "unreadable"],
+)
+def test_a_terminal_claim_reads_back_what_claimed_it(
+    raw: bytes, event_type: str, kept: bool
+) -> None:
+    claim = TerminalClaim.decode(raw)
+    assert claim.event_type == event_type
+    assert (claim.event is not None) is kept
+    if kept:
+        assert claim.event is not None
+        assert claim.event.model_dump() == CLAIMED.model_dump()
+        assert TerminalClaim.decode(claim.encode()).encode() == raw
 
 
 # --- watcher ------------------------------------------------------------------------------

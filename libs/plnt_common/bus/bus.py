@@ -27,6 +27,7 @@ from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.errors import BusUnavailable
 from plnt_common.events import Envelope
 from plnt_common.logs import get_logger
+from plnt_common.saga import TerminalClaim
 
 log = get_logger(__name__)
 
@@ -122,25 +123,37 @@ class Bus:
     async def publish_terminal(self, envelope: Envelope) -> bool:
         """Publish a saga's terminal event unless another terminal already ended the saga.
 
-        The claim is a create-only key per saga id in ``plnt-sagas``: the first terminal
-        wins, a redelivered publish of the same type goes through (and is deduplicated).
-        Returns True when this event is (or already was) the saga's terminal.
+        The claim is a create-only key per saga id in ``plnt-sagas`` holding the event:
+        the first terminal wins; a redelivered step claiming the same type publishes the
+        claimed event (deduplicated if it was published). Returns True when an event of
+        this type is (or already was) the saga's terminal.
         """
-        claim = envelope.event_type.value.encode()
+        claim = TerminalClaim.of(envelope)
         try:
-            await self.sagas.create(envelope.sagaid, claim)
+            await self.sagas.create(envelope.sagaid, claim.encode())
         except KeyWrongLastSequenceError:
-            existing = await self.sagas.get(envelope.sagaid)
-            if existing.value != claim:
+            existing = await self.terminal_claim(envelope.sagaid)
+            if existing is None:  # purged meanwhile (tests); the saga is no longer tracked
+                return False
+            if existing.event_type != claim.event_type:
                 log.info(
                     "saga.terminal_already_claimed",
                     sagaid=envelope.sagaid,
                     event=envelope.event_type.value,
-                    claimed_by=(existing.value or b"").decode(),
+                    claimed_by=existing.event_type,
                 )
                 return False
+            envelope = existing.event or envelope
         await self.publish(envelope)
         return True
+
+    async def terminal_claim(self, sagaid: str) -> TerminalClaim | None:
+        """The terminal event that ended ``sagaid``; None while it has not ended."""
+        try:
+            entry = await self.sagas.get(sagaid)
+        except (KeyNotFoundError, KeyDeletedError):
+            return None
+        return TerminalClaim.decode(entry.value or b"")
 
     async def saga_ended(self, sagaid: str) -> bool:
         """True once some terminal event claimed ``sagaid``."""

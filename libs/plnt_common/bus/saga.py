@@ -68,16 +68,21 @@ async def advance_latest_saga(
 
 
 async def _removed(bus: Bus, sagaid: str) -> bool:
-    try:
-        entry = await bus.sagas.get(sagaid)
-    except (KeyNotFoundError, KeyDeletedError):
-        return False
-    return entry.value == EventType.RUN_REMOVED.value.encode()
+    claim = await bus.terminal_claim(sagaid)
+    return claim is not None and claim.event_type == EventType.RUN_REMOVED.value
 
 
 async def observe_saga(bus: Bus, event: Envelope) -> SagaState:
+    """The saga's state as ``event``'s handler must act on it.
+
+    When this very event caused the saga's terminal claim, an earlier delivery of it
+    claimed and may have stopped before publishing: the claimed event is published now
+    (deduplicated when it was), so a crash in between cannot leave a saga without its end.
+    """
     # both reads at once: one round trip of latency on every saga step
-    (latest, _), ended = await asyncio.gather(
-        latest_saga(bus, event.namespace, event.name), bus.saga_ended(event.sagaid)
+    (latest, _), claim = await asyncio.gather(
+        latest_saga(bus, event.namespace, event.name), bus.terminal_claim(event.sagaid)
     )
-    return classify(event, latest, ended)
+    if claim is not None and claim.event is not None and claim.event.causationid == event.id:
+        await bus.publish(claim.event)
+    return classify(event, latest, claim is not None)
