@@ -1,7 +1,5 @@
 """Watcher handlers: fold events into the projection and reflect it on the resource."""
 
-import asyncio
-
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.errors import Conflict
@@ -47,23 +45,18 @@ class ProjectionHandlers:
                     revision=fold.revision,
                 )
                 return
-            # The status need not wait for the projection write: both go at once. If the
-            # projection write loses to another replica's, the fold is drafted again over
-            # theirs and its status written again; ``converge`` then catches any later one.
-            revision, present = await asyncio.gather(
-                self._projections.commit(fold),
-                self._source.write_once(namespace=event.namespace, name=event.name, status=status),
-            )
-            if revision is None:
+            revision = await self._projections.commit(fold)
+            if revision is None:  # another replica wrote first: fold again over its write
                 reread = True
                 continue
             if event.event_type.is_terminal and projection.requested_at:
                 seconds = (event.time - projection.requested_at).total_seconds()
                 DEPLOY_DURATION.labels(event.event_type.value).observe(max(0.0, seconds))
-            if present:
-                await self._source.converge(
-                    namespace=event.namespace, name=event.name, revision=revision
-                )
+            # After the projection write, never with it: a replica whose status lands last
+            # must find every projection whose status was written before its own.
+            await self._source.write_folded(
+                namespace=event.namespace, name=event.name, status=status, revision=revision
+            )
             return
         raise Conflict(f"projection of {event.namespace}/{event.name} kept changing")
 

@@ -65,16 +65,12 @@ class ConvergingStatus:
     async def write_folded(
         self, *, namespace: str, name: str, status: dict[str, Any], revision: int
     ) -> bool:
-        """Write the status folded at projection ``revision``, then ``converge``."""
-        if not await self.write_once(namespace=namespace, name=name, status=status):
+        """Write the status folded at projection ``revision``, then converge on the newest."""
+        if not await self._source.write_status(namespace=namespace, name=name, status=status):
             return False
-        return await self.converge(namespace=namespace, name=name, revision=revision)
+        return await self._converge(namespace=namespace, name=name, revision=revision)
 
-    async def write_once(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
-        """Write ``status`` with no check: the caller ``converge``s once its fold is stored."""
-        return await self._source.write_status(namespace=namespace, name=name, status=status)
-
-    async def converge(self, *, namespace: str, name: str, revision: int) -> bool:
+    async def _converge(self, *, namespace: str, name: str, revision: int) -> bool:
         """After writing the status folded at ``revision``: while the projection moved on,
         write the newest. Its revision tells whether it moved: only then is it decoded."""
         for _ in range(MAX_ROUNDS):
@@ -85,7 +81,7 @@ class ConvergingStatus:
             newest, revision = await self._projections.read(namespace=namespace, name=name)
             if newest is None or newest.removed:
                 return True  # removed meanwhile: the handler of that event finishes the run
-            if not await self.write_once(
+            if not await self._source.write_status(
                 namespace=namespace, name=name, status=status_document(newest)
             ):
                 return False
