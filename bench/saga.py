@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import yaml
@@ -181,20 +182,35 @@ async def sequential(url: str, documents: list[dict[str, Any]]) -> list[float]:
     return overheads
 
 
-async def replay_rate(url: str) -> tuple[int, float, float]:
-    """(events, events/s into the bucket as the watcher left it, events/s into an empty one).
+REPLAY_ROUNDS = 3
+
+
+async def replay_rates(url: str) -> tuple[int, list[float], list[float]]:
+    """(events, events/s into the bucket as the watcher left it, into an empty one), one
+    figure per round.
 
     The first is the usual case (the projection drifted, or is checked): replay writes only
-    keys that differ. The second rebuilds a lost bucket: every key is written.
+    keys that differ. The second rebuilds a lost bucket: every key is written. Rounds
+    alternate the two, so a busy moment of the machine shows as a spread, not a level.
     """
     session = await Session.open(url)
+    kept: list[float] = []
+    rebuilt: list[float] = []
     try:
-        kept = await replay(session)
-        await session.bus.js.purge_stream(bucket_stream(subjects.RUNS_BUCKET))
-        rebuilt = await replay(session)
+        for _ in range(REPLAY_ROUNDS):
+            result = await replay(session)
+            kept.append(result.events / result.seconds)
+            await session.bus.js.purge_stream(bucket_stream(subjects.RUNS_BUCKET))
+            result = await replay(session)
+            rebuilt.append(result.events / result.seconds)
     finally:
         await session.close()
-    return kept.events, kept.events / kept.seconds, rebuilt.events / rebuilt.seconds
+    return result.events, kept, rebuilt
+
+
+def _rates(rates: list[float]) -> str:
+    """The median, with the rounds' range."""
+    return f"{median(rates):,.0f} events/s (rounds: {', '.join(f'{r:,.0f}' for r in rates)})"
 
 
 def saga_section(*, sequential_runs: int, bursts: tuple[int, ...]) -> None:
@@ -242,18 +258,20 @@ def saga_section(*, sequential_runs: int, bursts: tuple[int, ...]) -> None:
                     "flat: within 1.2x",
                 )
             )
-            events, kept, rebuilt = asyncio.run(replay_rate(stack.nats.url))
+            events, kept, rebuilt = asyncio.run(replay_rates(stack.nats.url))
             rows.append(
                 (
-                    f"plnt replay ({events} events), bucket as the watcher left it",
-                    f"{kept:,.0f} events/s",
+                    f"plnt replay ({events} events), bucket as the watcher left it, "
+                    f"median of {REPLAY_ROUNDS}",
+                    _rates(kept),
                     "≥ 20,000 events/s",
                 )
             )
             rows.append(
                 (
-                    f"plnt replay ({events} events), into an empty bucket",
-                    f"{rebuilt:,.0f} events/s",
+                    f"plnt replay ({events} events), into an empty bucket, "
+                    f"median of {REPLAY_ROUNDS}",
+                    _rates(rebuilt),
                     "≥ 20,000 events/s",
                 )
             )
