@@ -2,8 +2,8 @@
 
 uvloop (libuv underneath) runs the same asyncio programs with less CPU per message: the
 saga services spend most of their time waking up for small NATS messages, and on the
-2-core benchmark machine it raised deploy throughput by about a quarter
-(docs/benchmarks.md). It is not built for Windows.
+2-core benchmark machine it cut their CPU per deploy by about 15% (docs/benchmarks.md).
+It is not built for Windows.
 """
 
 import asyncio
