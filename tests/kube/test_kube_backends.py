@@ -26,15 +26,13 @@ from plnt_common.events import (
     Envelope,
     EventType,
     RunFailed,
-    RunRequested,
     RunSnapshot,
     SpecPulled,
-    new_event,
-    saga_id,
 )
 from plnt_common.kube import PlntBackendReader, api_client, api_error
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
+from plnt_common.testing.events import run_requested
 from plnt_common.testing.kube_emulator import EVENTS, KubeEmulator
 from plnt_installer import app as installer_app
 from plnt_installer.adapters.backend_targets import StoredTargets
@@ -273,15 +271,7 @@ def run_snapshot(name: str, *, registry: Path, cluster: str) -> RunSnapshot:
 
 async def request(bus: Bus, run: RunSnapshot) -> Envelope:
     """Publish ``run.requested`` as the watcher would."""
-    event = new_event(
-        EventType.RUN_REQUESTED,
-        RunRequested(run=run),
-        namespace=run.namespace,
-        name=run.name,
-        sagaid=saga_id(run.namespace, run.name, run.generation),
-        generation=run.generation,
-        source="test",
-    )
+    event = run_requested(run)
     await bus.publish(event)
     return event
 

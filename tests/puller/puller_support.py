@@ -19,13 +19,11 @@ from plnt_common.bus.bus import Bus
 from plnt_common.events import (
     Envelope,
     EventType,
-    RunRequested,
     RunSnapshot,
-    new_event,
-    saga_id,
 )
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import WorkflowRunSpec, parse_resource
+from plnt_common.testing.events import run_requested
 from plnt_puller import app
 from plnt_puller.settings import PullerSettings
 
@@ -193,7 +191,7 @@ class PullerUnderTest:
 
     async def request(self, run: RunSnapshot) -> Envelope:
         """Publish ``run.requested`` for ``run`` as the watcher would."""
-        event = requested(run)
+        event = run_requested(run)
         await self.bus.publish(event)
         return event
 
@@ -237,16 +235,3 @@ class PullerUnderTest:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"the puller did not ack {request.sagaid} in {timeout_s}s")
             await asyncio.sleep(0.05)
-
-
-def requested(run: RunSnapshot) -> Envelope:
-    """The ``run.requested`` event the watcher publishes for ``run``."""
-    return new_event(
-        EventType.RUN_REQUESTED,
-        RunRequested(run=run),
-        namespace=run.namespace,
-        name=run.name,
-        sagaid=saga_id(run.namespace, run.name, run.generation),
-        generation=run.generation,
-        source="test",
-    )

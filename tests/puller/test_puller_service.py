@@ -20,7 +20,6 @@ from puller_support import (
     PullerUnderTest,
     S3Source,
     SpecSource,
-    requested,
     run_snapshot,
     workflow_doc,
     workflow_yaml,
@@ -39,6 +38,7 @@ from plnt_common.events import (
 from plnt_common.nats_server import free_port
 from plnt_common.saga import TerminalClaim
 from plnt_common.status import Reason
+from plnt_common.testing.events import run_requested
 from plnt_common.workflow import MAX_SPEC_BYTES, spec_digest
 
 
@@ -336,7 +336,7 @@ async def test_a_failure_claimed_before_a_crash_is_published_when_the_request_co
 ) -> None:
     """An earlier delivery claimed run.failed, then died before publishing it."""
     run = run_snapshot(registry=file_source.url)  # nothing published there: SpecNotFound
-    request = requested(run)
+    request = run_requested(run)
     claimed = follow_up(
         request,
         EventType.RUN_FAILED,

@@ -11,17 +11,15 @@ from plnt_common.events import (
     Envelope,
     EventType,
     RunFailed,
-    RunRequested,
     RunSnapshot,
     SpecPulled,
     follow_up,
-    new_event,
-    saga_id,
 )
 from plnt_common.projection import apply_event, empty_projection
 from plnt_common.resource_store import ResourceStore, StoredObject
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec, parse_resource
 from plnt_common.status import Phase, Reason
+from plnt_common.testing.events import run_requested
 from plnt_watcher.adapters.embedded_source import EmbeddedSource
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.handlers import ProjectionHandlers
@@ -71,15 +69,7 @@ class RecordingStatus:
 
 
 def requested_event(name: str) -> Envelope:
-    return new_event(
-        EventType.RUN_REQUESTED,
-        RunRequested(run=RunSnapshot(namespace="default", name=name, generation=1, spec=SPEC)),
-        namespace="default",
-        name=name,
-        sagaid=saga_id("default", name, 1),
-        generation=1,
-        source="test",
-    )
+    return run_requested(RunSnapshot(namespace="default", name=name, generation=1, spec=SPEC))
 
 
 def pulled_event(requested: Envelope) -> Envelope:
@@ -100,6 +90,13 @@ def pulled_event(requested: Envelope) -> Envelope:
 
 
 DELIVERY = Delivery(msg=None, attempt=1)  # type: ignore[arg-type]
+
+
+def resource_loop(bus: Bus, store: ResourceStore) -> ResourceLoop:
+    """The watcher's resource loop over the embedded store."""
+    return ResourceLoop(
+        bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
+    )
 
 
 def recording_handlers(bus: Bus, status: "RecordingStatus") -> ProjectionHandlers:
@@ -178,9 +175,7 @@ async def test_a_new_run_is_adopted_in_one_write_and_its_echoes_start_nothing(
     store = ResourceStore(bus)
     await bus.resources.purge("workflowruns.default.adopted")
     created = await apply_run(store, "adopted")
-    loop = ResourceLoop(
-        bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
-    )
+    loop = resource_loop(bus, store)
     await loop._on_change("default", "adopted", created.body)
     adopted = await store.get("WorkflowRun", "default", "adopted")
     assert adopted is not None
@@ -202,9 +197,7 @@ async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(
     store = ResourceStore(bus)
     await bus.resources.purge("workflowruns.default.short-lived")
     created = await apply_run(store, "short-lived")
-    loop = ResourceLoop(
-        bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
-    )
+    loop = resource_loop(bus, store)
     await loop._on_change("default", "short-lived", created.body)
     # the watch reports it gone while nothing has folded its saga into plnt-runs yet
     await loop._on_change("default", "short-lived", None)
@@ -220,9 +213,7 @@ async def test_a_run_deleted_the_usual_way_gets_one_deletion_saga(nats_url: str)
     bus = await Bus.open(nats_url, service="test")
     store = ResourceStore(bus)
     created = await apply_run(store, "deleted")
-    loop = ResourceLoop(
-        bus=bus, source=EmbeddedSource(store), projections=ProjectionStore(bus.runs)
-    )
+    loop = resource_loop(bus, store)
     await loop._on_change("default", "deleted", created.body)
     assert await store.delete("WorkflowRun", "default", "deleted") == "deleting"
     marked = await store.get("WorkflowRun", "default", "deleted")

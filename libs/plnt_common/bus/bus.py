@@ -149,16 +149,16 @@ class Bus:
 
     async def terminal_claim(self, sagaid: str) -> TerminalClaim | None:
         """The terminal event that ended ``sagaid``; None while it has not ended."""
+        raw = await self._claim(sagaid)
+        return None if raw is None else TerminalClaim.decode(raw)
+
+    async def saga_ended(self, sagaid: str) -> bool:
+        """True once some terminal event claimed ``sagaid`` (the claim is not decoded)."""
+        return await self._claim(sagaid) is not None
+
+    async def _claim(self, sagaid: str) -> bytes | None:
         try:
             entry = await self.sagas.get(sagaid)
         except (KeyNotFoundError, KeyDeletedError):
             return None
-        return TerminalClaim.decode(entry.value or b"")
-
-    async def saga_ended(self, sagaid: str) -> bool:
-        """True once some terminal event claimed ``sagaid``."""
-        try:
-            await self.sagas.get(sagaid)
-        except (KeyNotFoundError, KeyDeletedError):
-            return False
-        return True
+        return entry.value or b""

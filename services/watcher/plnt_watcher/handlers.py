@@ -2,11 +2,10 @@
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
-from plnt_common.errors import Conflict
 from plnt_common.events import Envelope
 from plnt_common.logs import get_logger
 from plnt_common.metrics import DEPLOY_DURATION
-from plnt_watcher.adapters.projections import CAS_ATTEMPTS, ProjectionStore
+from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.logic import FINALIZER, status_document
 from plnt_watcher.status_sync import ConvergingStatus
 
@@ -21,51 +20,28 @@ class ProjectionHandlers:
         self._source = source
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
-        reread = False
-        for _ in range(CAS_ATTEMPTS):
-            fold = await self._projections.draft(event, reread=reread)
-            projection = fold.updated
-            if projection is None:
-                log.info("event.no_projection", reason="stale event of a removed run")
-                return
-            if projection.removed:  # a redelivery finds it stored: finalizing did not finish
-                if fold.changed and await self._projections.commit(fold) is None:
-                    reread = True
-                    continue
-                await self._finalize(event)
-                return
-            status = status_document(projection)
-            if not fold.changed:
-                # Written even so: an earlier delivery may have folded the event and then
-                # failed to write the status (that is why it came back).
-                await self._source.write_folded(
-                    namespace=event.namespace,
-                    name=event.name,
-                    status=status,
-                    revision=fold.revision,
-                )
-                return
-            revision = await self._projections.commit(fold)
-            if revision is None:  # another replica wrote first: fold again over its write
-                reread = True
-                continue
-            if event.event_type.is_terminal and projection.requested_at:
-                seconds = (event.time - projection.requested_at).total_seconds()
-                DEPLOY_DURATION.labels(event.event_type.value).observe(max(0.0, seconds))
-            # After the projection write, never with it: a replica whose status lands last
-            # must find every projection whose status was written before its own.
-            await self._source.write_folded(
-                namespace=event.namespace, name=event.name, status=status, revision=revision
-            )
+        projection, changed, revision = await self._projections.fold(event)
+        if projection is None:
+            log.info("event.no_projection", reason="stale event of a removed run")
             return
-        raise Conflict(f"projection of {event.namespace}/{event.name} kept changing")
-
-    async def _finalize(self, event: Envelope) -> None:
-        await self._source.release_finalizer(
-            namespace=event.namespace, name=event.name, finalizer=FINALIZER
+        if changed and event.event_type.is_terminal and projection.requested_at:
+            seconds = (event.time - projection.requested_at).total_seconds()
+            DEPLOY_DURATION.labels(event.event_type.value).observe(max(0.0, seconds))
+        if projection.removed:
+            await self._source.release_finalizer(
+                namespace=event.namespace, name=event.name, finalizer=FINALIZER
+            )
+            await self._projections.delete(namespace=event.namespace, name=event.name)
+            log.info("run.finalized")
+            return
+        # Written even when this delivery changed nothing: an earlier delivery may have
+        # folded the event and then failed to write the status (that is why it came back).
+        await self._source.write_folded(
+            namespace=event.namespace,
+            name=event.name,
+            status=status_document(projection),
+            revision=revision,
         )
-        await self._projections.delete(namespace=event.namespace, name=event.name)
-        log.info("run.finalized")
 
     async def on_exhausted(self, event: Envelope, exc: BaseException) -> None:
         """The projection could not take this event: say so loudly; the stream keeps it."""

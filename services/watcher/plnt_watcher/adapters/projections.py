@@ -1,12 +1,12 @@
 """The ``plnt-runs`` bucket: fold events with compare-and-set, read, watch and delete."""
 
 from collections.abc import AsyncIterator
-from typing import NamedTuple
 
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from plnt_common.bus.kv_watch import Reconnects, watch_entries
+from plnt_common.errors import Conflict
 from plnt_common.events import Envelope
 from plnt_common.projection import (
     OPENING_EVENTS,
@@ -17,21 +17,6 @@ from plnt_common.projection import (
 )
 
 CAS_ATTEMPTS = 50
-"""Drafts of one event a handler may commit before giving up (others kept writing first)."""
-
-
-class Fold(NamedTuple):
-    """An event applied to a run's projection as read at ``revision`` (0: none stored)."""
-
-    key: str
-    current: RunProjection | None
-    revision: int
-    updated: RunProjection | None
-    """None: the event opens no run and there is none (a stale event of a removed run)."""
-
-    @property
-    def changed(self) -> bool:
-        return self.updated is not None and self.updated != self.current
 
 
 class ProjectionStore:
@@ -59,31 +44,32 @@ class ProjectionStore:
             return None, entry.revision or 0
         return RunProjection.model_validate_json(entry.value), entry.revision or 0
 
-    async def draft(self, event: Envelope, *, reread: bool = False) -> Fold:
-        """``event`` applied to this replica's last write of the run, or to the stored
-        projection when there is none (or ``reread``, after a conflicting ``commit``)."""
+    async def fold(self, event: Envelope) -> tuple[RunProjection | None, bool, int]:
+        """Apply ``event``; returns the projection, whether it changed, and its revision."""
         key = run_key(event.namespace, event.name)
-        cached = None if reread else self._written.get(key)
-        current, revision = cached if cached is not None else await self._get(key)
-        if current is None and event.event_type not in OPENING_EVENTS:
-            return Fold(key, current, revision, None)
-        updated = apply_event(current or empty_projection(event.namespace, event.name), event)
-        return Fold(key, current, revision, updated)
-
-    async def commit(self, fold: Fold) -> int | None:
-        """Write a changed fold over the revision it was drafted on: its new revision, or
-        None when another writer came first (draft again with ``reread``)."""
-        assert fold.updated is not None, "commit only a changed fold"
-        payload = fold.updated.model_dump_json().encode()
-        try:
-            if fold.revision:
-                written = await self._kv.update(fold.key, payload, last=fold.revision)
+        cached = self._written.get(key)
+        for attempt in range(CAS_ATTEMPTS):
+            current: RunProjection | None
+            if cached is not None and attempt == 0:
+                current, revision = cached
             else:
-                written = await self._kv.create(fold.key, payload)
-        except KeyWrongLastSequenceError:
-            return None
-        self._written[fold.key] = (fold.updated, written)
-        return written
+                current, revision = await self._get(key)
+            if current is None and event.event_type not in OPENING_EVENTS:
+                return None, False, revision
+            updated = apply_event(current or empty_projection(event.namespace, event.name), event)
+            if updated == current:
+                return current, False, revision
+            try:
+                payload = updated.model_dump_json().encode()
+                if revision:
+                    written = await self._kv.update(key, payload, last=revision)
+                else:
+                    written = await self._kv.create(key, payload)
+            except KeyWrongLastSequenceError:
+                continue
+            self._written[key] = (updated, written)
+            return updated, True, written
+        raise Conflict(f"projection {key} kept changing")
 
     async def revision(self, *, namespace: str, name: str) -> int:
         """The key's current revision (0 when absent), without decoding the projection."""
