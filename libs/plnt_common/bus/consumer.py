@@ -122,12 +122,16 @@ class EventConsumer:
         stalls = 0
         while not stop.is_set():
             await self._slots.acquire()  # fetch only what there is room to run
-            free = self._spec.concurrency - len(self._tasks)
             try:
+                # One message per fetch. nats-py's fetch of a batch returns only once the
+                # server ends its request, and a message can land on an older request of
+                # ours that waits to fill its batch until it expires: seen holding
+                # smoke.passed up to 0.96 s before the promoter started. One message
+                # returns as soon as it arrives, whichever request it came through.
                 # A guard above the fetch timeout: pull requests can go unanswered after a
                 # server restart; re-binding is how the consumer notices and recovers.
                 msgs = await asyncio.wait_for(
-                    fetch(batch=max(1, min(free, 64)), timeout=self._spec.fetch_timeout_s),
+                    fetch(batch=1, timeout=self._spec.fetch_timeout_s),
                     timeout=self._spec.fetch_timeout_s + 5,
                 )
             except (NatsTimeout, FetchTimeoutError, TimeoutError):
@@ -140,14 +144,12 @@ class EventConsumer:
                 self._slots.release()
                 raise
             stalls = 0
-            for index, msg in enumerate(msgs):
-                if index:
-                    await self._slots.acquire()
-                task = asyncio.create_task(self._handle(msg))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
             if not msgs:
                 self._slots.release()
+                continue
+            task = asyncio.create_task(self._handle(msgs[0]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, msg: Msg) -> None:
         try:
