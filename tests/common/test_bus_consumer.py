@@ -130,6 +130,7 @@ async def test_events_of_one_run_are_handled_in_order_while_runs_overlap(nats_ur
     for name, generation in (("a", 1), ("a", 2), ("b", 1)):
         await bus.publish(deleted_event(name, generation))
     timeline: list[str] = []
+    successors: dict[str, bool] = {}
     done = asyncio.Event()
 
     async def handler(event: Envelope, delivery: Delivery) -> None:
@@ -137,6 +138,7 @@ async def test_events_of_one_run_are_handled_in_order_while_runs_overlap(nats_ur
         timeline.append(f"start {label}")
         if label == "a1":
             await asyncio.sleep(0.5)  # a2 must wait for this; b1 must not
+        successors[label] = delivery.has_successor()
         timeline.append(f"end {label}")
         if len([t for t in timeline if t.startswith("end")]) == 3:
             done.set()
@@ -152,6 +154,8 @@ async def test_events_of_one_run_are_handled_in_order_while_runs_overlap(nats_ur
     await consume_until(bus, spec, handler, exhausted, done)
     assert timeline.index("end a1") < timeline.index("start a2")
     assert timeline.index("end b1") < timeline.index("end a1")
+    # a1 knows a2 waits behind it; the last of each run has nothing behind it
+    assert successors == {"a1": True, "a2": False, "b1": False}
     await bus.close()
 
 

@@ -122,6 +122,23 @@ async def test_a_redelivered_event_writes_the_status_again(nats_url: str) -> Non
     await bus.close()
 
 
+async def test_a_status_is_left_to_the_next_event_of_the_run_queued_behind(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    status = RecordingStatus()
+    handlers = recording_handlers(bus, status)
+    requested = requested_event("queued")
+    followed = dataclasses.replace(DELIVERY, has_successor=lambda: True)
+    await handlers.handle(requested, followed)
+    assert status.writes == []  # folded, its status left to the next delivery
+    await handlers.handle(pulled_event(requested), DELIVERY)
+    assert [w["phase"] for w in status.writes] == ["Installing"]
+    projection, _ = await ProjectionStore(bus.runs).read(namespace="default", name="queued")
+    assert projection is not None and projection.status.phase == Phase.INSTALLING
+    await bus.close()
+
+
 async def test_a_fold_that_lost_to_another_replica_is_folded_again_over_its_write(
     nats_url: str,
 ) -> None:

@@ -6,26 +6,25 @@ Delivery rules, made explicit rather than left to a framework default:
   publishes the step's failure event and the message is terminated, never dropped;
 - a message that cannot be decoded is logged and terminated (no redelivery loop);
 - while a handler runs, ``in_progress`` keeps the message from being redelivered;
-- on stop, fetching ends and in-flight handlers finish and ack before return.
+- at most ``concurrency`` messages are taken at a time (``PullFeed`` asks for no more);
+- on stop, no more is asked for and in-flight handlers finish and ack before return.
 
 The server's own ``max_deliver`` is unlimited so a crash during the last attempt cannot
 lose a message: the next delivery sees the count and goes straight to ``on_exhausted``.
 """
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import structlog
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
-from nats.js.errors import FetchTimeoutError
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.pull_feed import PullFeed
 from plnt_common.errors import PlntError, SpecInvalid
 from plnt_common.events import Envelope, decode_event
 from plnt_common.logs import get_logger
@@ -44,7 +43,8 @@ class ConsumerSpec:
     ack_wait_s: float = 30.0
     max_attempts: int = 6
     backoff_s: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
-    fetch_timeout_s: float = 1.0
+    pull_expires_s: float = 1.0
+    """How long a pull request stays open: also how long a stop or a lost server waits."""
     ordered_by_run: bool = False
     """Handle events of one run in stream order while other runs go concurrently."""
 
@@ -58,6 +58,9 @@ class Delivery:
 
     msg: Msg = field(repr=False)
     attempt: int
+    has_successor: Callable[[], bool] = field(default=lambda: False, repr=False)
+    """True while a later event of the same run waits behind this one in this replica
+    (ordered consumers only): a handler may leave to it what the later event redoes."""
 
     async def in_progress(self) -> None:
         """Reset the ack timer; the consumer also does this on a timer while handlers run."""
@@ -78,7 +81,6 @@ class EventConsumer:
         self._spec = spec
         self._handler = handler
         self._on_exhausted = on_exhausted
-        self._slots = asyncio.Semaphore(spec.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._run_tails: dict[str, asyncio.Future[None]] = {}
 
@@ -98,66 +100,32 @@ class EventConsumer:
         """Consume until ``stop`` is set, then wait for in-flight handlers."""
         durable = subjects.durable_name(self._spec.service)
         while not stop.is_set():
-            sub = None
             try:
                 await self.ensure_consumer()
-                sub = await self._bus.js.pull_subscribe_bind(durable, subjects.STREAM)
-                await self._fetch_loop(sub, stop)
+                feed = PullFeed(
+                    self._bus.nc,
+                    stream=subjects.STREAM,
+                    consumer=durable,
+                    capacity=self._spec.concurrency,
+                    expires_s=self._spec.pull_expires_s,
+                    deliver=self._start,
+                )
+                await feed.run(stop)
             except Exception as exc:  # the server went away or the binding went stale: re-bind
                 if stop.is_set():
                     break
                 log.warning("consumer.rebind", durable=durable, error=repr(exc))
                 await asyncio.sleep(0.5)
-            finally:
-                # nats-py's drain waits on fetched messages it never marks done: unsubscribe
-                # the pull subscription ourselves so closing the connection is immediate.
-                if sub is not None:
-                    with contextlib.suppress(Exception):
-                        await sub.unsubscribe()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _fetch_loop(self, sub: object, stop: asyncio.Event) -> None:
-        fetch = sub.fetch  # type: ignore[attr-defined]
-        stalls = 0
-        while not stop.is_set():
-            await self._slots.acquire()  # fetch only what there is room to run
-            try:
-                # One message per fetch. nats-py's fetch of a batch returns only once the
-                # server ends its request, and a message can land on an older request of
-                # ours that waits to fill its batch until it expires: seen holding
-                # smoke.passed up to 0.96 s before the promoter started. One message
-                # returns as soon as it arrives, whichever request it came through.
-                # A guard above the fetch timeout: pull requests can go unanswered after a
-                # server restart; re-binding is how the consumer notices and recovers.
-                msgs = await asyncio.wait_for(
-                    fetch(batch=1, timeout=self._spec.fetch_timeout_s),
-                    timeout=self._spec.fetch_timeout_s + 5,
-                )
-            except (NatsTimeout, FetchTimeoutError, TimeoutError):
-                self._slots.release()
-                stalls = 0 if self._bus.nc.is_connected else stalls + 1
-                if stalls > 3:
-                    raise ConnectionError("not connected while fetching") from None
-                continue
-            except BaseException:
-                self._slots.release()
-                raise
-            stalls = 0
-            if not msgs:
-                self._slots.release()
-                continue
-            task = asyncio.create_task(self._handle(msgs[0]))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _start(self, msg: Msg, release: Callable[[], None]) -> None:
+        task = asyncio.create_task(self._handle(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: release())
 
     async def _handle(self, msg: Msg) -> None:
-        try:
-            await self._handle_one(msg)
-        finally:
-            self._slots.release()
-
-    async def _handle_one(self, msg: Msg) -> None:
         attempt = msg.metadata.num_delivered or 1
         try:
             envelope = decode_event(msg.data)
@@ -178,7 +146,9 @@ class EventConsumer:
                 name=envelope.name,
                 attempt=attempt,
             ):
-                await self._run_handler(msg, envelope, attempt)
+                await self._run_handler(
+                    msg, envelope, attempt, self._successor_check(envelope, done)
+                )
         finally:
             if done is not None:
                 done.set_result(None)
@@ -198,7 +168,16 @@ class EventConsumer:
         self._run_tails[envelope.subject] = done
         return previous, done
 
-    async def _run_handler(self, msg: Msg, envelope: Envelope, attempt: int) -> None:
+    def _successor_check(
+        self, envelope: Envelope, done: asyncio.Future[None] | None
+    ) -> Callable[[], bool]:
+        if done is None:
+            return lambda: False
+        return lambda: self._run_tails.get(envelope.subject) is not done
+
+    async def _run_handler(
+        self, msg: Msg, envelope: Envelope, attempt: int, has_successor: Callable[[], bool]
+    ) -> None:
         started = time.perf_counter()
         outcome = "ok"
         if attempt > self._spec.max_attempts:
@@ -206,7 +185,9 @@ class EventConsumer:
             return
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
-            await self._handler(envelope, Delivery(msg=msg, attempt=attempt))
+            await self._handler(
+                envelope, Delivery(msg=msg, attempt=attempt, has_successor=has_successor)
+            )
         except Exception as exc:
             outcome = "error"
             if attempt >= self._spec.max_attempts:

@@ -34,6 +34,10 @@ class ProjectionHandlers:
             await self._projections.delete(namespace=event.namespace, name=event.name)
             log.info("run.finalized")
             return
+        if delivery.has_successor():
+            # The run's next event is queued here and its delivery writes the status
+            # folded from this one on: writing both only churns the resource in a burst.
+            return
         # Written even when this delivery changed nothing: an earlier delivery may have
         # folded the event and then failed to write the status (that is why it came back).
         await self._source.write_folded(

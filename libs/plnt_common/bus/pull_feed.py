@@ -1,0 +1,150 @@
+"""A standing pull request on a durable consumer, topped up as handlers free room.
+
+Why not nats-py's ``fetch``: one message per fetch is one pull request per delivery (a
+request, the message and the ack: three messages through the server), and a fetch of a
+batch returns only when its request ends. Here one pull request asks for all the free
+room and is renewed when it ends, so a burst costs about two messages per delivery (the
+message and its ack), and each message is handed on the moment it arrives.
+
+One request is open at a time, which keeps the accounting exact: it ends when the server
+has delivered its batch, or when it expires (a 408 status, sent no earlier than its
+expiry), or, when the server forgot it (a restart), once its expiry and a grace have
+passed here. A request the server forgets twice in a row while connected means the
+binding is stale: ``run`` raises so the caller re-binds.
+"""
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api
+
+from plnt_common.logs import get_logger
+
+log = get_logger(__name__)
+LOST_AFTER_S = 0.5
+"""Grace after a request's expiry before it counts as forgotten by the server."""
+POLL_S = 0.1
+"""How often ``run`` looks for a stop or a forgotten request."""
+STATUS_HEADER = api.Header.STATUS
+ENDS_REQUEST = {api.StatusCode.REQUEST_TIMEOUT, api.StatusCode.CONFLICT}
+
+
+@dataclass
+class _Request:
+    remaining: int
+    deadline: float
+
+
+class PullFeed:
+    """Feeds a durable consumer's messages to ``deliver`` with the callback to call once
+    the message is handled; never more than ``capacity`` unhandled at a time."""
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        stream: str,
+        consumer: str,
+        capacity: int,
+        expires_s: float,
+        deliver: Callable[[Msg, Callable[[], None]], None],
+    ) -> None:
+        self._nc = nc
+        self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._capacity = capacity
+        self._threshold = max(1, capacity // 2)
+        self._expires_s = expires_s
+        self._deliver = deliver
+        self._inbox = nc.new_inbox()
+        self._in_flight = 0
+        self._open: _Request | None = None
+        self._stopping = False
+        self._lost_in_a_row = 0
+        self._error: Exception | None = None
+
+    def release(self) -> None:
+        """A delivered message was handled: its room can be asked for again."""
+        self._in_flight -= 1
+        self._top_up()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Feed until ``stop``, then until the open request ended (its messages are
+        delivered as usual). Raises when the binding went stale."""
+        sub = await self._nc.subscribe(self._inbox, cb=self._on_message)
+        try:
+            while not (self._stopping and self._open is None):
+                self._stopping = stop.is_set()
+                self._drop_if_lost()
+                if self._error is not None:
+                    raise self._error
+                self._top_up()
+                await asyncio.sleep(POLL_S)
+        finally:
+            with contextlib.suppress(Exception):  # a closed connection took it already
+                await sub.unsubscribe()
+
+    async def _on_message(self, msg: Msg) -> None:
+        status = msg.headers.get(STATUS_HEADER) if msg.headers else None
+        if status is None:
+            self._in_flight += 1
+            if self._open is not None:
+                self._open.remaining -= 1
+                if self._open.remaining <= 0:
+                    self._end_request()
+            self._deliver(msg, self.release)
+            return
+        if status not in ENDS_REQUEST:
+            return  # an idle heartbeat or flow control: nothing asked for them
+        description = (msg.headers or {}).get(api.Header.DESCRIPTION, "")
+        if "Consumer Deleted" in description:
+            self._error = ConnectionError("the consumer was deleted")
+        # A request cannot end before its expiry: an earlier status is for a request
+        # this feed already gave up on as lost.
+        if self._open is not None and asyncio.get_running_loop().time() >= (
+            self._open.deadline - self._expires_s / 2
+        ):
+            self._end_request()
+
+    def _end_request(self) -> None:
+        self._open = None
+        self._lost_in_a_row = 0
+        self._top_up()
+
+    def _drop_if_lost(self) -> None:
+        if self._open is None:
+            return
+        if asyncio.get_running_loop().time() < self._open.deadline + LOST_AFTER_S:
+            return
+        self._open = None
+        if self._nc.is_connected:
+            self._lost_in_a_row += 1
+            if self._lost_in_a_row >= 2:
+                self._error = ConnectionError("pull requests go unanswered")
+
+    def _top_up(self) -> None:
+        if self._stopping or self._open is not None or not self._nc.is_connected:
+            return
+        room = self._capacity - self._in_flight
+        # Idle, ask for all the room; busy, wait until half of it is free, so a burst
+        # costs one request per several deliveries.
+        if room <= 0 or (self._in_flight and room < self._threshold):
+            return
+        self._open = _Request(
+            remaining=room, deadline=asyncio.get_running_loop().time() + self._expires_s
+        )
+        request = {"batch": room, "expires": int(self._expires_s * 1_000_000_000)}
+        sending = asyncio.ensure_future(
+            self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=self._inbox)
+        )
+        sending.add_done_callback(_log_failed_send)
+
+
+def _log_failed_send(sending: "asyncio.Future[None]") -> None:
+    # The request then goes unanswered and is renewed after its expiry.
+    if not sending.cancelled() and sending.exception() is not None:
+        log.debug("pull.request_not_sent", error=repr(sending.exception()))
