@@ -37,13 +37,8 @@ def key_prefix(bucket: str) -> str:
 
 async def allows_atomic(nc: Client, bucket: str) -> bool:
     """Whether the bucket's stream accepts atomic batches."""
-    return await stream_allows_atomic(nc, bucket_stream(bucket))
-
-
-async def stream_allows_atomic(nc: Client, stream: str) -> bool:
-    """Whether the stream accepts atomic batches (off before nats-server 2.12)."""
     try:
-        info = await nc.jetstream().stream_info(stream)
+        info = await nc.jetstream().stream_info(bucket_stream(bucket))
     except NotFoundError:
         return False
     return bool(info.config.allow_atomic)

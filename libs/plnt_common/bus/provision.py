@@ -12,7 +12,6 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from plnt_common import subjects
 from plnt_common.bus.kv_batch import bucket_stream
-from plnt_common.bus.object_batch import object_stream
 from plnt_common.logs import get_logger
 
 log = get_logger(__name__)
@@ -101,7 +100,7 @@ async def _ensure_bucket(js: JetStreamContext, bucket: BucketSpec) -> None:
 
 async def _allow_atomic_batches(js: JetStreamContext, stream: str) -> None:
     """Turn atomic batches on; a server before 2.12 refuses or ignores the flag, and the
-    writers then write one message at a time (``kv_batch``, the puller's spec store)."""
+    bucket is then written key by key (``kv_batch.put_all``)."""
     config = (await js.stream_info(stream)).config
     if config.allow_atomic:
         return
@@ -139,5 +138,3 @@ async def _ensure_object_store(js: JetStreamContext) -> None:
             )
         except BadRequestError:
             await js.object_store(subjects.SPECS_OBJECT_STORE)
-    # the puller writes a spec's chunks and metadata as one batch (``object_batch``)
-    await _allow_atomic_batches(js, object_stream(subjects.SPECS_OBJECT_STORE))

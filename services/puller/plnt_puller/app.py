@@ -85,7 +85,7 @@ async def run(settings: PullerSettings, stop: asyncio.Event) -> None:
                 bus=bus,
                 registry=build_registry(settings),
                 backends=backends,
-                specs=ObjectStoreSpecs(nc=bus.nc, store=bus.specs),
+                specs=ObjectStoreSpecs(store=bus.specs),
                 max_attempts=settings.max_attempts,
             )
             consumer = EventConsumer(
