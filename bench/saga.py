@@ -128,57 +128,100 @@ def run_documents(registry: Path, names: list[str]) -> list[dict[str, Any]]:
     return documents
 
 
+class Harness:
+    """One connection that applies WorkflowRuns and follows them to their end.
+
+    Kept open across deploys: a new nats-py connection sets up its reply subscription on
+    its first request, a round trip that is the harness's, not the control plane's.
+    """
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self._store = ResourceStore(bus)
+        self._waiting: dict[str, asyncio.Future[tuple[float, dict[str, Any]]]] = {}
+        self._follower: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, url: str) -> "Harness":
+        harness = cls(await Bus.open(url, service="bench-apply"))
+        backend = yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text())
+        await harness._store.apply(parse_resource(backend))
+        caught_up = asyncio.get_running_loop().create_future()
+        harness._follower = asyncio.create_task(harness._follow(caught_up))
+        await caught_up
+        return harness
+
+    async def close(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+        await self._bus.close()
+
+    async def deploy(
+        self, documents: list[dict[str, Any]]
+    ) -> tuple[list[float], float, list[float]]:
+        """Apply all at once; (apply→Ready per run, wall time, smoke p50 per run)."""
+        loop = asyncio.get_running_loop()
+        ended = {d["metadata"]["name"]: loop.create_future() for d in documents}
+        self._waiting.update(ended)
+        started = time.perf_counter()
+
+        async def apply_one(document: dict[str, Any]) -> float:
+            applied_at = time.perf_counter()
+            await self._store.apply(parse_resource(document))
+            return applied_at
+
+        applied = await asyncio.gather(*(apply_one(d) for d in documents))
+        results = await asyncio.wait_for(asyncio.gather(*ended.values()), timeout=600)
+        wall = time.perf_counter() - started
+        latencies = [at - applied_at for (at, _), applied_at in zip(results, applied, strict=True)]
+        smoke_ms = [float(status.get("smoke", {}).get("p50Ms", 0.0)) for _, status in results]
+        return latencies, wall, smoke_ms
+
+    async def _follow(self, caught_up: asyncio.Future[None]) -> None:
+        # Decodes only the changes that end a run: the harness shares the 2 cores with the
+        # stack, and most changes (each status on the way) are not what it waits for.
+        async for entry in watch_entries(self._bus.resources):
+            if entry is None:
+                if not caught_up.done():
+                    caught_up.set_result(None)
+                continue
+            if not entry.value or not ENDED.search(entry.value):
+                continue
+            stored = json.loads(entry.value)
+            waiting = self._waiting.pop(stored["metadata"]["name"], None)
+            if waiting is None:
+                continue
+            status = stored.get("status") or {}
+            if status.get("phase") == "Ready":
+                waiting.set_result((time.perf_counter(), status))
+            else:
+                name = stored["metadata"]["name"]
+                waiting.set_exception(
+                    RuntimeError(f"{name} ended {status['phase']}: {status.get('message')}")
+                )
+
+
 async def deploy(
     url: str, documents: list[dict[str, Any]]
 ) -> tuple[list[float], float, list[float]]:
     """Apply all at once; (apply→Ready per run, wall time, smoke p50 per run)."""
-    bus = await Bus.open(url, service="bench-apply")
-    store = ResourceStore(bus)
-    await store.apply(parse_resource(yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text())))
-    pending = {d["metadata"]["name"] for d in documents}
-    applied_at: dict[str, float] = {}
-    latencies: list[float] = []
-    smoke_ms: list[float] = []
-
-    async def follow() -> None:
-        # Decodes only the changes that end a run: the harness shares the 2 cores with the
-        # stack, and most changes (each status on the way) are not what it waits for.
-        async for entry in watch_entries(bus.resources):
-            if entry is None or not entry.value or not ENDED.search(entry.value):
-                continue
-            stored = json.loads(entry.value)
-            name = stored["metadata"]["name"]
-            status = stored.get("status") or {}
-            if name in pending and status.get("phase") == "Ready":
-                pending.discard(name)
-                latencies.append(time.perf_counter() - applied_at[name])
-                smoke_ms.append(float(status.get("smoke", {}).get("p50Ms", 0.0)))
-                if not pending:
-                    return
-            elif name in pending and status.get("phase") in ("Failed", "RolledBack"):
-                raise RuntimeError(f"{name} ended {status['phase']}: {status.get('message')}")
-
-    follower = asyncio.create_task(follow())
-    await asyncio.sleep(0.2)
-    started = time.perf_counter()
-
-    async def apply_one(document: dict[str, Any]) -> None:
-        applied_at[document["metadata"]["name"]] = time.perf_counter()
-        await store.apply(parse_resource(document))
-
-    await asyncio.gather(*(apply_one(d) for d in documents))
-    await asyncio.wait_for(follower, timeout=600)
-    wall = time.perf_counter() - started
-    await bus.close()
-    return latencies, wall, smoke_ms
+    harness = await Harness.open(url)
+    try:
+        return await harness.deploy(documents)
+    finally:
+        await harness.close()
 
 
 async def sequential(url: str, documents: list[dict[str, Any]]) -> list[float]:
     """One deploy at a time: apply→Ready minus the smoke invocation, per run."""
+    harness = await Harness.open(url)
     overheads = []
-    for document in documents:
-        latencies, _, smoke_ms = await deploy(url, [document])
-        overheads.append(latencies[0] - smoke_ms[0] / 1000)
+    try:
+        for document in documents:
+            latencies, _, smoke_ms = await harness.deploy([document])
+            overheads.append(latencies[0] - smoke_ms[0] / 1000)
+    finally:
+        await harness.close()
     return overheads
 
 

@@ -41,6 +41,7 @@ async def watch_entries(
     while True:
         watcher = await kv.watch(key)
         reconnected = asyncio.ensure_future(reconnects.next()) if reconnects else None
+        following: asyncio.Future[Any] | None = None
         try:
             while True:
                 following = asyncio.ensure_future(anext(watcher))
@@ -53,6 +54,8 @@ async def watch_entries(
         finally:
             if reconnected is not None:
                 reconnected.cancel()
+            if following is not None:
+                following.cancel()  # a closed iterator: its pending read is not wanted
             with contextlib.suppress(Exception):
                 await watcher.stop()  # type: ignore[no-untyped-call]
 
