@@ -1,4 +1,8 @@
-"""Smoke handler: observe the saga, run the harness, publish the verdict."""
+"""Smoke handler: run the harness while observing the saga, publish the verdict."""
+
+import asyncio
+import contextlib
+from typing import Any
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
@@ -29,22 +33,33 @@ class SmokeHandlers:
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         data: CanaryInstalled = event.payload()
-        state = await observe_saga(self._bus, event)
+        budget = data.run.spec.smoke_test
+        log.info("smoke.started", url=data.canary.url, invocations=budget.invocations)
+        # The saga check runs alongside the invocations rather than before them: waiting
+        # would add a round trip to every deploy, while a saga that ended meanwhile (rare)
+        # cancels the invocations as soon as the check answers.
+        invoking = asyncio.ensure_future(
+            self._harness.invoke_many(
+                url=data.canary.url,
+                payload=budget.payload or {},
+                invocations=budget.invocations,
+                concurrency=self._concurrency,
+            )
+        )
+        try:
+            state = await observe_saga(self._bus, event)
+        except BaseException:
+            await _cancel(invoking)
+            raise
         if state is SagaState.ENDED:
+            await _cancel(invoking)
             return
         if state is SagaState.SUPERSEDED:
+            await _cancel(invoking)
             figures = SmokeFigures(passed=False, reason=Reason.SUPERSEDED.value)
             await self._publish(event, data, figures)
             return
-        budget = data.run.spec.smoke_test
-        log.info("smoke.started", url=data.canary.url, invocations=budget.invocations)
-        samples = await self._harness.invoke_many(
-            url=data.canary.url,
-            payload=budget.payload or {},
-            invocations=budget.invocations,
-            concurrency=self._concurrency,
-        )
-        figures = logic.judge(samples, budget)
+        figures = logic.judge(await invoking, budget)
         log.info(
             "smoke.judged",
             passed=figures.passed,
@@ -64,3 +79,13 @@ class SmokeHandlers:
         kind = EventType.SMOKE_PASSED if figures.passed else EventType.SMOKE_FAILED
         verdict = SmokeVerdict(canary=data.canary, figures=figures)
         await self._bus.publish(follow_up(event, kind, verdict, source=SERVICE))
+
+
+async def _cancel(invoking: "asyncio.Future[Any]") -> None:
+    """Stop invocations no longer wanted; a handler being cancelled itself still is."""
+    invoking.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await invoking
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
