@@ -58,11 +58,13 @@ class Collector:
                 await self.arrived.wait()
 
 
-def feed_for(client: Client, collector: Collector, capacity: int = 4) -> PullFeed:
+def feed_for(
+    client: Client, collector: Collector, capacity: int = 4, consumer: str = CONSUMER
+) -> PullFeed:
     return PullFeed(
         client,
         stream=STREAM,
-        consumer=CONSUMER,
+        consumer=consumer,
         capacity=capacity,
         expires_s=0.5,
         deliver=collector.deliver,
@@ -157,3 +159,10 @@ async def test_a_deleted_consumer_ends_the_feed_with_an_error(js_client: Client)
     await js_client.jetstream().delete_consumer(STREAM, CONSUMER)
     with pytest.raises(ConnectionError):
         await asyncio.wait_for(running, timeout=5)
+
+
+async def test_a_missing_consumer_ends_the_feed_at_its_first_request(js_client: Client) -> None:
+    feed = feed_for(js_client, Collector(), consumer="never-created")
+    # the server answers "no responders" at once: no waiting out request expiries
+    with pytest.raises(ConnectionError, match="no consumer"):
+        await asyncio.wait_for(feed.run(asyncio.Event()), timeout=5)

@@ -32,6 +32,7 @@ POLL_S = 0.1
 """How often ``run`` looks for a stop or a forgotten request."""
 STATUS_HEADER = api.Header.STATUS
 ENDS_REQUEST = {api.StatusCode.REQUEST_TIMEOUT, api.StatusCode.CONFLICT}
+NO_RESPONDERS = "503"
 
 
 @dataclass
@@ -97,6 +98,10 @@ class PullFeed:
                 if self._open.remaining <= 0:
                     self._end_request()
             self._deliver(msg, self.release)
+            return
+        if status == NO_RESPONDERS:  # the consumer is gone (a server that lost its store)
+            self._error = ConnectionError("no consumer answers the pull request")
+            self._open = None
             return
         if status not in ENDS_REQUEST:
             return  # an idle heartbeat or flow control: nothing asked for them
