@@ -1,5 +1,7 @@
 """The adapters over the bus against a real nats-server: spec store and backend catalog."""
 
+from collections.abc import AsyncIterator
+
 import pytest
 from puller_support import BACKEND, H100, backend_resource
 
@@ -11,18 +13,37 @@ from plnt_puller.adapters.backend_catalog import StoredBackends
 from plnt_puller.adapters.spec_store import ObjectStoreSpecs
 
 
-async def test_a_stored_spec_is_found_by_its_digest(nats_url: str) -> None:
-    bus = await Bus.open(nats_url, service="test")
-    try:
-        specs = ObjectStoreSpecs(store=bus.specs)
-        data = b"kind: Workflow\n"
-        digest = spec_digest(data)
-        assert await specs.contains(digest=digest) is False
-        await specs.put(digest=digest, data=data)
-        assert await specs.contains(digest=digest) is True
-        assert (await bus.specs.get(digest)).data == data
-    finally:
-        await bus.close()
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    opened = await Bus.open(nats_url, service="test")
+    yield opened
+    await opened.close()
+
+
+async def test_a_stored_spec_is_found_by_its_digest(bus: Bus) -> None:
+    specs = ObjectStoreSpecs(js=bus.js)
+    data = b"kind: Workflow\n"
+    digest = spec_digest(data)
+    assert await specs.contains(digest=digest) is False
+    await specs.put(digest=digest, data=data)
+    assert await specs.contains(digest=digest) is True
+    assert (await bus.specs.get(digest)).data == data  # nats-py reads it (and checks it)
+
+
+async def test_a_spec_larger_than_a_chunk_is_stored_whole(bus: Bus) -> None:
+    data = bytes(range(256)) * 1000  # 256,000 bytes: two 128 KiB chunks
+    await ObjectStoreSpecs(js=bus.js).put(digest=spec_digest(data), data=data)
+    stored = await bus.specs.get(spec_digest(data))  # read the way runners read it
+    assert stored.data == data
+    assert (stored.info.chunks, stored.info.size) == (2, len(data))
+
+
+async def test_a_deleted_spec_is_not_contained(bus: Bus) -> None:
+    specs = ObjectStoreSpecs(js=bus.js)
+    data = b"kind: Workflow\n"
+    await specs.put(digest=spec_digest(data), data=data)
+    await bus.specs.delete(spec_digest(data))  # nats-py leaves a deleted marker
+    assert await specs.contains(digest=spec_digest(data)) is False
 
 
 async def test_the_catalog_returns_an_applied_backend_and_none_for_others(nats_url: str) -> None:

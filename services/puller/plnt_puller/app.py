@@ -85,7 +85,7 @@ async def run(settings: PullerSettings, stop: asyncio.Event) -> None:
                 bus=bus,
                 registry=build_registry(settings),
                 backends=backends,
-                specs=ObjectStoreSpecs(store=bus.specs),
+                specs=ObjectStoreSpecs(js=bus.js),
                 max_attempts=settings.max_attempts,
             )
             consumer = EventConsumer(
