@@ -1,6 +1,7 @@
 """The standing pull against a real nats-server: room, request count, stop, restart, re-bind."""
 
 import asyncio
+import signal
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -159,6 +160,37 @@ async def test_a_deleted_consumer_ends_the_feed_with_an_error(js_client: Client)
     await js_client.jetstream().delete_consumer(STREAM, CONSUMER)
     with pytest.raises(ConnectionError):
         await asyncio.wait_for(running, timeout=5)
+
+
+async def test_an_unanswering_server_ends_the_feed_and_it_asks_for_nothing_more(
+    nats_server: NatsServer, js_client: Client
+) -> None:
+    requests: list[bytes] = []
+
+    async def tap(msg: Msg) -> None:
+        requests.append(msg.data)
+
+    await js_client.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}", cb=tap)
+    await publish(js_client, 1)
+    collector, stop = Collector(), asyncio.Event()
+    running = asyncio.create_task(feed_for(js_client, collector).run(stop))
+    await collector.wait_for(1)  # taken, and still being handled when the feed ends
+
+    assert nats_server.process is not None
+    nats_server.process.send_signal(signal.SIGSTOP)  # connected, but nothing answers
+    try:
+        with pytest.raises(ConnectionError, match="unanswered"):
+            await asyncio.wait_for(running, timeout=5)
+    finally:
+        nats_server.process.send_signal(signal.SIGCONT)
+    await js_client.flush()
+    await asyncio.sleep(0.2)  # the requests sent while it was stopped reach the tap
+    asked = len(requests)
+
+    collector.releases.pop(0)()  # the handler finishes after its feed ended
+    await js_client.flush()
+    await asyncio.sleep(0.2)
+    assert len(requests) == asked  # its inbox is gone: a request would strand messages
 
 
 async def test_a_missing_consumer_ends_the_feed_at_its_first_request(js_client: Client) -> None:

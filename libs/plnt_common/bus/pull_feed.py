@@ -86,6 +86,9 @@ class PullFeed:
                 self._top_up()
                 await asyncio.sleep(POLL_S)
         finally:
+            # Handlers still running release into this feed: it must ask for nothing more
+            # once its inbox is gone (messages sent there would wait out the ack timeout).
+            self._stopping = True
             with contextlib.suppress(Exception):  # a closed connection took it already
                 await sub.unsubscribe()
 
