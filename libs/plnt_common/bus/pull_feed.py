@@ -111,8 +111,10 @@ class PullFeed:
         description = (msg.headers or {}).get(api.Header.DESCRIPTION, "")
         if "Consumer Deleted" in description:
             self._error = ConnectionError("the consumer was deleted")
-        # A request cannot end before its expiry: an earlier status is for a request
-        # this feed already gave up on as lost.
+        # A 408 comes no earlier than the request's expiry: an earlier one is for a
+        # request this feed already gave up on. A 409 that ends the request early (a
+        # leader change, too many waiting requests) is left to the lost-request rule, so
+        # a refusal is retried after the expiry, never in a busy loop.
         if self._open is not None and asyncio.get_running_loop().time() >= (
             self._open.deadline - self._expires_s / 2
         ):
