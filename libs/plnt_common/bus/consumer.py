@@ -72,7 +72,8 @@ OnExhausted = Callable[[Envelope, BaseException], Awaitable[None]]
 
 
 class EventConsumer:
-    """Fetches from the service's durable consumer and runs ``handler`` per event."""
+    """Takes the service's durable consumer's messages through a ``PullFeed`` and runs
+    ``handler`` per event."""
 
     def __init__(
         self, bus: Bus, spec: ConsumerSpec, handler: Handler, on_exhausted: OnExhausted
