@@ -19,6 +19,8 @@ from stack_support import (
 
 from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
+from plnt_common import subjects
+from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.events import EventType
 from plnt_common.projection import RunProjection
 
@@ -109,9 +111,10 @@ async def test_replay_rebuilds_the_same_projection_from_the_stream(
 
 
 async def projections(client: Client) -> dict[str, RunProjection]:
-    found = {}
-    for key in await client.bus.runs.keys():
-        entry = await client.bus.runs.get(key)
-        if entry.value:
-            found[key] = RunProjection.model_validate_json(entry.value)
-    return found
+    # kv_snapshot, not KeyValue.keys(): nats-py's listing can end before what it lists
+    snapshot = await kv_snapshot(client.bus.nc, subjects.RUNS_BUCKET)
+    return {
+        key: RunProjection.model_validate_json(value)
+        for key, (_, value) in snapshot.items()
+        if value
+    }
