@@ -72,6 +72,17 @@ def feed_for(
     )
 
 
+async def tap_requests(client: Client) -> list[bytes]:
+    """The pull requests sent for the consumer from now on, as the server receives them."""
+    requests: list[bytes] = []
+
+    async def tap(msg: Msg) -> None:
+        requests.append(msg.data)
+
+    await client.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}", cb=tap)
+    return requests
+
+
 async def publish(client: Client, count: int, start: int = 0) -> None:
     js = client.jetstream()
     for index in range(start, start + count):
@@ -95,12 +106,7 @@ async def test_never_more_than_capacity_unhandled_messages(js_client: Client) ->
 
 
 async def test_a_burst_takes_one_pull_request_per_several_messages(js_client: Client) -> None:
-    requests: list[bytes] = []
-
-    async def tap(msg: Msg) -> None:
-        requests.append(msg.data)
-
-    await js_client.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}", cb=tap)
+    requests = await tap_requests(js_client)
     await publish(js_client, 100)
     collector, stop = Collector(), asyncio.Event()
     running = asyncio.create_task(feed_for(js_client, collector, capacity=16).run(stop))
@@ -165,12 +171,7 @@ async def test_a_deleted_consumer_ends_the_feed_with_an_error(js_client: Client)
 async def test_an_unanswering_server_ends_the_feed_and_it_asks_for_nothing_more(
     nats_server: NatsServer, js_client: Client
 ) -> None:
-    requests: list[bytes] = []
-
-    async def tap(msg: Msg) -> None:
-        requests.append(msg.data)
-
-    await js_client.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}", cb=tap)
+    requests = await tap_requests(js_client)
     await publish(js_client, 1)
     collector, stop = Collector(), asyncio.Event()
     running = asyncio.create_task(feed_for(js_client, collector).run(stop))

@@ -9,7 +9,6 @@ acks); raise to be redelivered with back-off. Publishing twice is safe: the bus 
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
@@ -26,6 +25,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.saga import SagaState
+from plnt_common.tasks import discard
 from plnt_common.workflow import spec_digest
 from plnt_puller import logic
 from plnt_puller.ports import BackendCatalog, Registry, SpecStore
@@ -57,13 +57,13 @@ class PullHandler:
         try:
             state = await observe_saga(self.bus, event)
         except BaseException:
-            await _discard(reads)
+            await discard(reads)
             raise
         gate = logic.saga_gate(
             ended=state is SagaState.ENDED, superseded=state is SagaState.SUPERSEDED
         )
         if gate is not None:
-            await _discard(reads)
+            await discard(reads)
             if isinstance(gate, logic.Ignore):
                 log.info("pull.ignored", why=gate.why)
             else:
@@ -125,19 +125,6 @@ class PullHandler:
         log.warning(
             "pull.failed", reason=failure.reason.value, message=failure.message, published=claimed
         )
-
-
-async def _discard(reads: "asyncio.Future[Any]") -> None:
-    """Cancel reads no longer wanted; their errors do not matter any more."""
-    reads.cancel()
-    try:
-        await reads
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise  # this handler itself is being cancelled, not just the reads
-    except Exception as exc:
-        log.debug("pull.read_discarded", error=repr(exc))
 
 
 def _requested_run(event: Envelope) -> RunSnapshot:

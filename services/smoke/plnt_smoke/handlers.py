@@ -1,8 +1,6 @@
 """Smoke handler: run the harness while observing the saga, publish the verdict."""
 
 import asyncio
-import contextlib
-from typing import Any
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
@@ -18,6 +16,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.saga import SagaState
 from plnt_common.status import Reason
+from plnt_common.tasks import discard
 from plnt_smoke import logic
 from plnt_smoke.adapters.harness import SmokeHarness
 
@@ -49,13 +48,13 @@ class SmokeHandlers:
         try:
             state = await observe_saga(self._bus, event)
         except BaseException:
-            await _cancel(invoking)
+            await discard(invoking)
             raise
         if state is SagaState.ENDED:
-            await _cancel(invoking)
+            await discard(invoking)
             return
         if state is SagaState.SUPERSEDED:
-            await _cancel(invoking)
+            await discard(invoking)
             figures = SmokeFigures(passed=False, reason=Reason.SUPERSEDED.value)
             await self._publish(event, data, figures)
             return
@@ -79,13 +78,3 @@ class SmokeHandlers:
         kind = EventType.SMOKE_PASSED if figures.passed else EventType.SMOKE_FAILED
         verdict = SmokeVerdict(canary=data.canary, figures=figures)
         await self._bus.publish(follow_up(event, kind, verdict, source=SERVICE))
-
-
-async def _cancel(invoking: "asyncio.Future[Any]") -> None:
-    """Stop invocations no longer wanted; a handler being cancelled itself still is."""
-    invoking.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await invoking
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError

@@ -28,6 +28,7 @@ from nats.js.object_store import (
     OBJ_META_PRE_TEMPLATE,
     OBJ_STREAM_TEMPLATE,
 )
+from nats.nuid import NUID
 
 from plnt_common import subjects
 from plnt_common.errors import BusUnavailable
@@ -47,6 +48,7 @@ class ObjectStoreSpecs:
         self._bucket = bucket
         self._stream = OBJ_STREAM_TEMPLATE.format(bucket=bucket)
         self._chunk_size = chunk_size
+        self._nuid = NUID()
 
     async def contains(self, *, digest: str) -> bool:
         try:
@@ -60,7 +62,7 @@ class ObjectStoreSpecs:
         return not json.loads(meta.data or b"{}").get("deleted", False)
 
     async def put(self, *, digest: str, data: bytes) -> None:
-        nuid = self._js._nc._nuid.next().decode()  # nats-py's object ids; no public accessor
+        nuid = self._nuid.next().decode()  # object ids as nats-py makes them
         chunks = [data[at : at + self._chunk_size] for at in range(0, len(data), self._chunk_size)]
         info = api.ObjectInfo(
             name=digest,
