@@ -159,6 +159,43 @@ async def test_events_of_one_run_are_handled_in_order_while_runs_overlap(nats_ur
     await bus.close()
 
 
+async def test_a_handler_can_wait_for_the_next_event_of_its_run(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("c", 1))
+    lingering = asyncio.Event()
+    saw_successor: list[bool] = []
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        handled.append(f"{event.name}{event.generation}")
+        if event.generation == 1:
+            lingering.set()
+            saw_successor.append(await delivery.successor_within(30.0))
+        else:
+            done.set()
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        raise AssertionError("must not exhaust")
+
+    async def publish_next() -> None:
+        await lingering.wait()
+        await bus.publish(deleted_event("c", 2))
+
+    spec = ConsumerSpec(
+        service="linger",
+        filters=(subjects.event_filter(EventType.RUN_DELETED),),
+        ordered_by_run=True,
+    )
+    publisher = asyncio.create_task(publish_next())
+    await consume_until(bus, spec, handler, exhausted, done)
+    await publisher
+    # c1 waited, c2's arrival ended the wait (not the 30 s), and c2 ran after it
+    assert saw_successor == [True]
+    assert handled == ["c1", "c2"]
+    await bus.close()
+
+
 async def test_an_exhausted_event_is_kept_as_a_dead_letter_of_its_run(nats_url: str) -> None:
     bus = await Bus.open(nats_url, service="test")
     await bus.publish(deleted_event("doomed"))

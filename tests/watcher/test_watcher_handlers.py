@@ -1,5 +1,6 @@
 """The watcher's event handler and resource loop against a real nats-server."""
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -99,13 +100,22 @@ def resource_loop(bus: Bus, store: ResourceStore) -> ResourceLoop:
     )
 
 
-def recording_handlers(bus: Bus, status: "RecordingStatus") -> ProjectionHandlers:
+def recording_handlers(
+    bus: Bus, status: "RecordingStatus", *, status_linger_s: float = 0.0
+) -> ProjectionHandlers:
     """A watcher replica's event handler with its own projection copies."""
     return ProjectionHandlers(
         bus=bus,
         projections=ProjectionStore(bus.runs),
         source=status,  # type: ignore[arg-type]
+        status_linger_s=status_linger_s,
     )
+
+
+def awaiting_successor() -> tuple[Delivery, asyncio.Future[None]]:
+    """A delivery of an ordered consumer, and the future its run's next event resolves."""
+    followed = asyncio.get_running_loop().create_future()
+    return dataclasses.replace(DELIVERY, followed=followed), followed
 
 
 async def test_a_redelivered_event_writes_the_status_again(nats_url: str) -> None:
@@ -129,13 +139,58 @@ async def test_a_status_is_left_to_the_next_event_of_the_run_queued_behind(
     status = RecordingStatus()
     handlers = recording_handlers(bus, status)
     requested = requested_event("queued")
-    followed = dataclasses.replace(DELIVERY, has_successor=lambda: True)
-    await handlers.handle(requested, followed)
+    delivery, followed = awaiting_successor()
+    followed.set_result(None)
+    await handlers.handle(requested, delivery)
     assert status.writes == []  # folded, its status left to the next delivery
     await handlers.handle(pulled_event(requested), DELIVERY)
     assert [w["phase"] for w in status.writes] == ["Installing"]
     projection, _ = await ProjectionStore(bus.runs).read(namespace="default", name="queued")
     assert projection is not None and projection.status.phase == Phase.INSTALLING
+    await bus.close()
+
+
+async def test_a_step_status_lingers_for_the_next_event_of_the_run(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    status = RecordingStatus()
+    handlers = recording_handlers(bus, status, status_linger_s=30.0)
+    requested = requested_event("lingering")
+    delivery, followed = awaiting_successor()
+    handling = asyncio.create_task(handlers.handle(requested, delivery))
+    await asyncio.sleep(0.05)
+    assert not handling.done()  # folded, its delivery held while the status lingers
+    followed.set_result(None)  # the run's next event arrived: it writes the status
+    await asyncio.wait_for(handling, timeout=5)
+    await handlers.handle(pulled_event(requested), DELIVERY)
+    assert [w["phase"] for w in status.writes] == ["Installing"]
+    await bus.close()
+
+
+async def test_a_step_status_is_written_when_no_next_event_comes(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    status = RecordingStatus()
+    handlers = recording_handlers(bus, status, status_linger_s=0.05)
+    delivery, _ = awaiting_successor()  # nothing follows
+    await handlers.handle(requested_event("alone"), delivery)
+    assert [w["phase"] for w in status.writes] == ["Pulling"]
+    await bus.close()
+
+
+async def test_an_end_is_written_at_once_whatever_the_linger(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    status = RecordingStatus()
+    handlers = recording_handlers(bus, status, status_linger_s=3600.0)
+    requested = requested_event("ending")
+    await handlers.handle(requested, DELIVERY)  # no ordered consumer: nothing to wait for
+    failed = follow_up(
+        requested,
+        EventType.RUN_FAILED,
+        RunFailed(reason=Reason.SPEC_INVALID, message="bad", phase=Phase.PULLING),
+        source="test",
+    )
+    delivery, _ = awaiting_successor()
+    await asyncio.wait_for(handlers.handle(failed, delivery), timeout=5)
+    assert [w["phase"] for w in status.writes] == ["Pulling", "Failed"]
     await bus.close()
 
 

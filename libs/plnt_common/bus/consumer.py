@@ -58,13 +58,32 @@ class Delivery:
 
     msg: Msg = field(repr=False)
     attempt: int
-    has_successor: Callable[[], bool] = field(default=lambda: False, repr=False)
-    """True while a later event of the same run waits behind this one in this replica
-    (ordered consumers only): a handler may leave to it what the later event redoes."""
+    followed: asyncio.Future[None] | None = field(default=None, repr=False)
+    """Resolved once a later event of the same run waits behind this one in this replica
+    (ordered consumers only)."""
+
+    def has_successor(self) -> bool:
+        """True while a later event of the same run waits behind this one: a handler may
+        leave to it what the later event redoes."""
+        return self.followed is not None and self.followed.done()
+
+    async def successor_within(self, seconds: float) -> bool:
+        """``has_successor``, waiting up to ``seconds`` for the run's next event to arrive."""
+        if self.followed is not None and seconds > 0:
+            await asyncio.wait((self.followed,), timeout=seconds)  # never cancels it
+        return self.has_successor()
 
     async def in_progress(self) -> None:
         """Reset the ack timer; the consumer also does this on a timer while handlers run."""
         await self.msg.in_progress()
+
+
+@dataclass(frozen=True)
+class _RunTail:
+    """The newest event of a run in this replica: later events of the run wait for it."""
+
+    handled: asyncio.Future[None]
+    followed: asyncio.Future[None]
 
 
 Handler = Callable[[Envelope, Delivery], Awaitable[None]]
@@ -83,7 +102,7 @@ class EventConsumer:
         self._handler = handler
         self._on_exhausted = on_exhausted
         self._tasks: set[asyncio.Task[None]] = set()
-        self._run_tails: dict[str, asyncio.Future[None]] = {}
+        self._run_tails: dict[str, _RunTail] = {}
 
     async def ensure_consumer(self) -> None:
         config = api.ConsumerConfig(
@@ -134,12 +153,12 @@ class EventConsumer:
             log.error("consumer.poison_message", subject=msg.subject, error=str(exc))
             await msg.term()
             return
-        previous, done = (
+        previous, tail = (
             self._queue_behind_run(envelope) if self._spec.ordered_by_run else (None, None)
         )
         try:
             if previous is not None:
-                await previous
+                await previous.handled
             with structlog.contextvars.bound_contextvars(
                 sagaid=envelope.sagaid,
                 event=envelope.event_type.value,
@@ -148,36 +167,34 @@ class EventConsumer:
                 attempt=attempt,
             ):
                 await self._run_handler(
-                    msg, envelope, attempt, self._successor_check(envelope, done)
+                    msg, envelope, attempt, tail.followed if tail is not None else None
                 )
         finally:
-            if done is not None:
-                done.set_result(None)
-                if self._run_tails.get(envelope.subject) is done:
+            if tail is not None:
+                tail.handled.set_result(None)
+                if self._run_tails.get(envelope.subject) is tail:
                     del self._run_tails[envelope.subject]
 
-    def _queue_behind_run(
-        self, envelope: Envelope
-    ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
-        """The future to wait for (the run's previous event) and the one to resolve.
+    def _queue_behind_run(self, envelope: Envelope) -> tuple[_RunTail | None, _RunTail]:
+        """The run's previous event to wait for, and this event's own tail.
 
         Called before the first await of a task, and tasks start in fetch order, so the
         chain follows the stream's order per run.
         """
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        tail = _RunTail(handled=loop.create_future(), followed=loop.create_future())
         previous = self._run_tails.get(envelope.subject)
-        self._run_tails[envelope.subject] = done
-        return previous, done
-
-    def _successor_check(
-        self, envelope: Envelope, done: asyncio.Future[None] | None
-    ) -> Callable[[], bool]:
-        if done is None:
-            return lambda: False
-        return lambda: self._run_tails.get(envelope.subject) is not done
+        if previous is not None:
+            previous.followed.set_result(None)
+        self._run_tails[envelope.subject] = tail
+        return previous, tail
 
     async def _run_handler(
-        self, msg: Msg, envelope: Envelope, attempt: int, has_successor: Callable[[], bool]
+        self,
+        msg: Msg,
+        envelope: Envelope,
+        attempt: int,
+        followed: asyncio.Future[None] | None,
     ) -> None:
         started = time.perf_counter()
         outcome = "ok"
@@ -186,9 +203,7 @@ class EventConsumer:
             return
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
-            await self._handler(
-                envelope, Delivery(msg=msg, attempt=attempt, has_successor=has_successor)
-            )
+            await self._handler(envelope, Delivery(msg=msg, attempt=attempt, followed=followed))
         except Exception as exc:
             outcome = "error"
             if attempt >= self._spec.max_attempts:

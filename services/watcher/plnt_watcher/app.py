@@ -97,7 +97,12 @@ async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
     # Replicas fold in parallel: status writes re-check the projection so the newest wins.
     source = ConvergingStatus(source=build_source(settings, bus), projections=projections)
     elector = build_elector(settings)
-    handlers = ProjectionHandlers(bus=bus, projections=projections, source=source)
+    handlers = ProjectionHandlers(
+        bus=bus,
+        projections=projections,
+        source=source,
+        status_linger_s=settings.status_linger_s,
+    )
     # Events of one run fold in stream order, runs in parallel; replicas share the
     # durable consumer and compare-and-set keeps their writes consistent.
     spec = ConsumerSpec(

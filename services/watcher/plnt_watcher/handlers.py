@@ -14,10 +14,18 @@ SERVICE = "watcher"
 
 
 class ProjectionHandlers:
-    def __init__(self, *, bus: Bus, projections: ProjectionStore, source: ConvergingStatus) -> None:
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        projections: ProjectionStore,
+        source: ConvergingStatus,
+        status_linger_s: float = 0.0,
+    ) -> None:
         self._bus = bus
         self._projections = projections
         self._source = source
+        self._status_linger_s = status_linger_s
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         projection, changed, revision = await self._projections.fold(event)
@@ -34,9 +42,13 @@ class ProjectionHandlers:
             await self._projections.delete(namespace=event.namespace, name=event.name)
             log.info("run.finalized")
             return
-        if delivery.has_successor():
-            # The run's next event is queued here and its delivery writes the status
-            # folded from this one on: writing both only churns the resource in a burst.
+        # A step's status stands for a few milliseconds when the saga moves on at once:
+        # when the run's next event arrives here meanwhile, its delivery writes the status
+        # folded from both, and this write (a resource update and its echoes) is saved.
+        # An end is written at once. The delivery is held until then, so a crash loses
+        # no write: the event comes back.
+        linger = 0.0 if event.event_type.is_terminal else self._status_linger_s
+        if await delivery.successor_within(linger):
             return
         # Written even when this delivery changed nothing: an earlier delivery may have
         # folded the event and then failed to write the status (that is why it came back).

@@ -18,7 +18,15 @@ class WatcherSettings(CommonSettings):
         description="Where WorkflowRuns come from: plnt-resources, or the Kubernetes API.",
     )
     concurrency: int = Field(
-        default=32, ge=1, description="Runs whose events are folded at once per replica."
+        default=64, ge=1, description="Runs whose events are folded at once per replica."
+    )
+    status_linger_s: float = Field(
+        default=0.05,
+        ge=0,
+        description=(
+            "How long a step's status waits for the run's next event, which then writes "
+            "the newer status instead (0: write every step's). Ends are written at once."
+        ),
     )
     deadline_pulling_s: float = Field(
         default=180.0, gt=0, description="Longest a spec pull may take."
