@@ -25,7 +25,7 @@ from bench.stats import summary_ms
 from plnt_cli.supervisor import StackConfig, Supervisor
 from plnt_cli.up import wait_until_ready
 from plnt_common.logs import configure_logging
-from plnt_common.nats_server import NatsServer, free_port, nats_server_binary
+from plnt_common.nats_server import NatsServer, free_port, free_ports, nats_server_binary
 
 SECTIONS = ("deploy", "saga", "router", "runner")
 
@@ -66,7 +66,8 @@ async def bus_figures(samples: int) -> list[tuple[str, float, float]]:
 
 def deploy_figures(runs: int) -> list[tuple[str, float, float]]:
     with tempfile.TemporaryDirectory() as tmp:
-        config = StackConfig(data_dir=Path(tmp), nats_port=free_port(), router_port=free_port())
+        nats_port, router_port = free_ports(2)
+        config = StackConfig(data_dir=Path(tmp), nats_port=nats_port, router_port=router_port)
         supervisor = Supervisor(
             config, say=lambda line: print(f"  [stack] {line}", file=sys.stderr)
         )

@@ -30,7 +30,7 @@ from bench.table import Row
 from bench.wrk import saturate, wrk_binary
 from plnt_common.bus import connect
 from plnt_common.bus.provision import ensure_jetstream
-from plnt_common.nats_server import NatsServer, free_port
+from plnt_common.nats_server import NatsServer, free_port, free_ports
 from plnt_common.routes import RouteEntry, RouteTarget, route_key
 from plnt_common.subjects import ROUTES_BUCKET
 
@@ -104,7 +104,7 @@ def _stack(tmp: Path) -> Iterator[_Stack]:
     try:
         if nats.process is not None:
             pin(nats.process.pid, LOAD_CPU)
-        stable_port, canary_port = free_port(), free_port()
+        stable_port, canary_port = free_ports(2)
         backend = Child.python(
             "bench.backends",
             "--serve",

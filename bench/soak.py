@@ -30,7 +30,7 @@ from plnt_common.bus.history import read_events
 from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.bus.replay import replay
 from plnt_common.logs import configure_logging
-from plnt_common.nats_server import free_port
+from plnt_common.nats_server import free_ports
 from plnt_common.projection import RunProjection
 from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
 from plnt_common.resource_store import ResourceStore
@@ -135,10 +135,11 @@ class Soak:
         self.data_dir = data_dir
         self.chaos_every_s = chaos_every_s
         self.report = SoakReport(runs=runs)
+        nats_port, router_port = free_ports(2)
         self.config = StackConfig(
             data_dir=data_dir,
-            nats_port=free_port(),
-            router_port=free_port(),
+            nats_port=nats_port,
+            router_port=router_port,
             extra_env={"PLNT_INSTALLER_READY_TIMEOUT_S": "60", "PLNT_LOG_LEVEL": "info"},
         )
         self.supervisor = Supervisor(self.config, say=lambda line: None)

@@ -3,6 +3,7 @@
 Used by ``plnt up`` for the embedded mode and by the tests for a fresh server per test.
 """
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -28,9 +29,22 @@ def nats_server_binary() -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on right now. Several ports for one stack: ``free_ports``."""
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` different ports nothing listens on right now.
+
+    Each socket stays bound until all are chosen: a port is free again once its socket
+    closes, so two ``free_port()`` calls in a row can return the same one (it happened:
+    nats-server and the router of one test stack were given the same port).
+    """
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

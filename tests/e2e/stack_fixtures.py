@@ -13,7 +13,7 @@ from stack_support import Client, backend_document
 from plnt_cli.supervisor import StackConfig, Supervisor
 from plnt_cli.up import wait_until_ready
 from plnt_common.bus.bus import Bus
-from plnt_common.nats_server import free_port
+from plnt_common.nats_server import free_ports
 
 FAST_ENV = {
     "PLNT_WATCHER_DEADLINE_CHECK_INTERVAL_S": "0.5",
@@ -25,10 +25,11 @@ FAST_ENV = {
 def start_stack(
     data_dir: Path, *, replicas: int = 1, env: dict[str, str] | None = None
 ) -> Supervisor:
+    nats_port, router_port = free_ports(2)
     config = StackConfig(
         data_dir=data_dir,
-        nats_port=free_port(),
-        router_port=free_port(),
+        nats_port=nats_port,
+        router_port=router_port,
         replicas=replicas,
         extra_env={**FAST_ENV, **(env or {})},
     )

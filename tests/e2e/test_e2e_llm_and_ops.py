@@ -17,7 +17,7 @@ from stack_support import Client, invoke, publish_spec, run_document, workflow_n
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
-from plnt_common.nats_server import free_port
+from plnt_common.nats_server import free_port, free_ports
 from plnt_common.testing.fake_llm import FakeLLM
 
 API_KEY = "sk-plnt-e2e"
@@ -107,7 +107,7 @@ async def test_saga_services_serve_prometheus_metrics(client: Client, metrics_po
 def test_plnt_up_reports_its_ports_and_ctrl_c_stops_every_process(tmp_path: Path) -> None:
     env = dict(os.environ, PLNT_HOME=str(tmp_path / "home"))
     env.pop("PLNT_NATS_URL", None)
-    nats_port, router_port = free_port(), free_port()
+    nats_port, router_port = free_ports(2)
     process = subprocess.Popen(
         [
             sys.executable,

@@ -10,11 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plnt_common.nats_server import NatsServer, free_port, port_is_free
+from plnt_common.nats_server import NatsServer, free_ports, port_is_free
 from plnt_common.processes import die_with_parent
 from plnt_local_backend import stop_all_runners
 
@@ -73,15 +73,27 @@ class StackConfig:
         return f"http://127.0.0.1:{self.router_port}"
 
 
-def choose_port(requested: int | None, default: int, what: str, say: Callable[[str], None]) -> int:
-    """The requested port, or the default, or (when the default is taken) a free one."""
+def choose_port(
+    requested: int | None,
+    default: int,
+    what: str,
+    say: Callable[[str], None],
+    *,
+    chosen_already: Collection[int] = (),
+) -> int:
+    """The requested port, or the default, or (when the default is taken) a free one;
+    never one of ``chosen_already`` (the stack's other ports, not listened on yet)."""
     if requested is not None:
+        if requested in chosen_already:
+            raise SystemExit(f"plnt: port {requested} for {what} is already given to another part")
         if not port_is_free(requested):
             raise SystemExit(f"plnt: port {requested} for {what} is already in use")
         return requested
-    if port_is_free(default):
+    if default not in chosen_already and port_is_free(default):
         return default
-    chosen = free_port()
+    # one candidate more than there are ports to avoid: at least one is none of them
+    candidates = free_ports(len(chosen_already) + 1)
+    chosen = next(port for port in candidates if port not in chosen_already)
     say(f"port {default} is taken, so {what} listens on {chosen}")
     return chosen
 

@@ -49,12 +49,11 @@ def stack_config(
                 "stop it, or pass another --data-dir"
             )
     chosen_dir.mkdir(parents=True, exist_ok=True)
-    return StackConfig(
-        data_dir=chosen_dir,
-        nats_port=choose_port(nats_port, DEFAULT_NATS_PORT, "NATS", say),
-        router_port=choose_port(router_port, DEFAULT_ROUTER_PORT, "the router", say),
-        replicas=replicas,
+    nats = choose_port(nats_port, DEFAULT_NATS_PORT, "NATS", say)
+    router = choose_port(
+        router_port, DEFAULT_ROUTER_PORT, "the router", say, chosen_already=(nats,)
     )
+    return StackConfig(data_dir=chosen_dir, nats_port=nats, router_port=router, replicas=replicas)
 
 
 async def wait_until_ready(config: StackConfig, *, timeout_s: float = 60.0) -> None:
