@@ -23,9 +23,14 @@ FAST_ENV = {
 
 
 def start_stack(
-    data_dir: Path, *, replicas: int = 1, env: dict[str, str] | None = None
+    data_dir: Path,
+    *,
+    replicas: int = 1,
+    env: dict[str, str] | None = None,
+    ports: tuple[int, int] | None = None,
 ) -> Supervisor:
-    nats_port, router_port = free_ports(2)
+    """``ports``: NATS's and the router's, when chosen with others the stack will use."""
+    nats_port, router_port = ports or free_ports(2)
     config = StackConfig(
         data_dir=data_dir,
         nats_port=nats_port,

@@ -17,7 +17,7 @@ from stack_support import Client, invoke, publish_spec, run_document, workflow_n
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
-from plnt_common.nats_server import free_port, free_ports
+from plnt_common.nats_server import free_ports
 from plnt_common.testing.fake_llm import FakeLLM
 
 API_KEY = "sk-plnt-e2e"
@@ -38,14 +38,25 @@ def fake_llm() -> Iterator[FakeLLM]:
 
 
 @pytest.fixture(scope="module")
-def metrics_port() -> int:
-    return free_port()
+def stack_ports() -> list[int]:
+    """NATS's, the router's and the installer's metrics port, chosen together."""
+    return free_ports(3)
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, metrics_port: int) -> Iterator[Supervisor]:
+def metrics_port(stack_ports: list[int]) -> int:
+    return stack_ports[2]
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, stack_ports: list[int], metrics_port: int
+) -> Iterator[Supervisor]:
     env = {"PLNT_E2E_LLM_KEY": API_KEY, "PLNT_INSTALLER_METRICS_PORT": str(metrics_port)}
-    supervisor = start_stack(tmp_path_factory.mktemp("llm"), env=env)
+    nats_port, router_port = stack_ports[:2]
+    supervisor = start_stack(
+        tmp_path_factory.mktemp("llm"), env=env, ports=(nats_port, router_port)
+    )
     yield supervisor
     supervisor.stop()
 
