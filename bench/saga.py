@@ -226,6 +226,31 @@ async def sequential(url: str, documents: list[dict[str, Any]]) -> list[float]:
 
 
 REPLAY_ROUNDS = 3
+PROBE_SAMPLES = 500
+
+
+async def host_probe(url: str) -> tuple[float, float]:
+    """p50 of a bare NATS round trip (PING) and of an fsynced KV put, in seconds.
+
+    The absolute saga figures move with the host's speed (docs/benchmarks.md): these two,
+    taken on the stack's server just before the deploys, say how fast it ran this time.
+    """
+    bus = await Bus.open(url, service="bench-probe")
+    try:
+        kv = await bus.js.create_key_value(bucket="bench-probe", history=1)
+        pings: list[float] = []
+        puts: list[float] = []
+        for _ in range(PROBE_SAMPLES):
+            started = time.perf_counter()
+            await bus.nc.flush()
+            pings.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await kv.put("probe", b"x" * 600)
+            puts.append(time.perf_counter() - started)
+        await bus.js.delete_key_value("bench-probe")
+    finally:
+        await bus.close()
+    return median(pings), median(puts)
 
 
 async def replay_rates(url: str) -> tuple[int, list[float], list[float]]:
@@ -263,6 +288,7 @@ def saga_section(*, sequential_runs: int, bursts: tuple[int, ...]) -> None:
         stack.start()
         try:
             asyncio.run(stack.wait_ready())
+            ping, put = asyncio.run(host_probe(stack.nats.url))
             registry = Path(tmp) / "registry"
             # not counted: each service's first saga step pays one-off costs (code paths
             # and validators run for the first time, connection pools filling)
@@ -299,6 +325,14 @@ def saga_section(*, sequential_runs: int, bursts: tuple[int, ...]) -> None:
                     f"cost per deploy, {bursts[-1]} vs {bursts[0]} concurrent runs",
                     f"{costs[-1] / costs[0]:.2f}x",
                     "flat: within 1.2x",
+                )
+            )
+            rows.append(
+                (
+                    "the host's speed before the deploys: NATS round trip (PING) p50 / "
+                    "fsynced KV put p50, on the stack's server",
+                    f"{ping * 1e6:.0f} / {put * 1e6:.0f} µs",
+                    "none: read the rows above against it",
                 )
             )
             events, kept, rebuilt = asyncio.run(replay_rates(stack.nats.url))
