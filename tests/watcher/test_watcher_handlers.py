@@ -4,6 +4,8 @@ import asyncio
 import dataclasses
 from typing import Any
 
+import pytest
+
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
@@ -260,6 +262,68 @@ async def test_a_new_run_is_adopted_in_one_write_and_its_echoes_start_nothing(
     again = await store.get("WorkflowRun", "default", "adopted")
     assert again is not None and again.revision == adopted.revision
     await opened.close()
+
+
+class HeldFinalizers(EmbeddedSource):
+    """The embedded source whose finalizer writes wait for ``release`` (our own port)."""
+
+    def __init__(self, store: ResourceStore, *, fail: bool = False) -> None:
+        super().__init__(store)
+        self.release = asyncio.Event()
+        self._fail = fail
+
+    async def add_finalizer(self, **kwargs: Any) -> None:
+        await self.release.wait()
+        if self._fail:
+            raise ConnectionError("the store went away")
+        await super().add_finalizer(**kwargs)
+
+
+async def test_a_new_run_s_saga_starts_without_waiting_for_its_finalizer_write(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    store = ResourceStore(bus)
+    await bus.resources.purge("workflowruns.default.eager")
+    created = await apply_run(store, "eager")
+    source = HeldFinalizers(store)
+    loop = ResourceLoop(bus=bus, source=source, projections=ProjectionStore(bus.runs))
+    deciding = asyncio.create_task(loop._on_change("default", "eager", created.body))
+
+    async def published() -> None:
+        while not await run_events(bus, "eager"):
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(published(), timeout=5)  # while the finalizer write still waits
+    assert not deciding.done()  # the change is handled once the finalizer is on
+    source.release.set()
+    await asyncio.wait_for(deciding, timeout=5)
+    adopted = await store.get("WorkflowRun", "default", "eager")
+    assert adopted is not None and adopted.body["metadata"]["finalizers"] == [FINALIZER]
+    assert adopted.body["status"] == {"phase": "Pending"}
+    await bus.close()
+
+
+async def test_a_failed_finalizer_write_fails_the_change_and_a_retry_starts_no_second_saga(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    store = ResourceStore(bus)
+    await bus.resources.purge("workflowruns.default.retried")
+    created = await apply_run(store, "retried")
+    failing = HeldFinalizers(store, fail=True)
+    failing.release.set()
+    loop = ResourceLoop(bus=bus, source=failing, projections=ProjectionStore(bus.runs))
+    with pytest.raises(ConnectionError):  # the watch restarts and sees the run again
+        await loop._on_change("default", "retried", created.body)
+    await resource_loop(bus, store)._on_change("default", "retried", created.body)
+    events = await run_events(bus, "retried")
+    assert [(e.event_type, e.sagaid) for e in events] == [
+        (EventType.RUN_REQUESTED, "default.retried.1.1")
+    ]
+    adopted = await store.get("WorkflowRun", "default", "retried")
+    assert adopted is not None and adopted.body["metadata"]["finalizers"] == [FINALIZER]
+    await bus.close()
 
 
 async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(

@@ -20,6 +20,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.projection import RunProjection, saga_order
 from plnt_common.resources import WorkflowRun, parse_resource
+from plnt_common.tasks import discard
 from plnt_watcher import logic
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.handlers import SERVICE
@@ -160,9 +161,10 @@ class ResourceLoop:
     ) -> None:
         """Publish the run's next saga; ``adopting``: the write that puts the finalizer on.
 
-        The saga's id and its registry record need not wait for that write, its first
-        event does: the run shows Pending before its first phase, and a deletion from
-        then on goes through the finalizer.
+        The saga does not wait for that write: Pending is written only over no status, so
+        a phase folded first is never overwritten, and a run deleted before its finalizer
+        landed still gets its deletion saga (``_on_gone``). The write is awaited before
+        return, so a failed one restarts the watch and is tried again.
         """
         try:
             run = parse_resource({k: v for k, v in body.items() if k != "status"})
@@ -174,11 +176,18 @@ class ResourceLoop:
                 await adopting
             return
         assert isinstance(run, WorkflowRun)
-        async with asyncio.TaskGroup() as group:
-            if adopting is not None:
-                group.create_task(adopting)
-            recording = group.create_task(self._record_saga(facts))
-        sagaid, recorded = recording.result()
+        adoption = asyncio.ensure_future(adopting) if adopting is not None else None
+        try:
+            await self._publish_saga(facts, run)
+        except BaseException:
+            if adoption is not None:
+                await discard(adoption)
+            raise
+        if adoption is not None:
+            await adoption
+
+    async def _publish_saga(self, facts: logic.ResourceFacts, run: WorkflowRun) -> None:
+        sagaid, recorded = await self._record_saga(facts)
         snapshot = RunSnapshot(
             namespace=facts.namespace,
             name=facts.name,
