@@ -46,6 +46,13 @@ async def apply_run(store: ResourceStore, name: str) -> StoredObject:
     return created
 
 
+async def fresh_run(bus: Bus, name: str) -> tuple[ResourceStore, StoredObject]:
+    """A new WorkflowRun ``name``, whatever an earlier test left under that name."""
+    store = ResourceStore(bus)
+    await bus.resources.purge(f"workflowruns.default.{name}")
+    return store, await apply_run(store, name)
+
+
 async def run_events(bus: Bus, name: str) -> list[Envelope]:
     """The stored events of run ``default/name``, oldest first."""
     return [
@@ -246,9 +253,7 @@ async def test_a_new_run_is_adopted_in_one_write_and_its_echoes_start_nothing(
 ) -> None:
     opened = await Bus.open(nats_url, service="test")
     bus = CountingBus(**{f.name: getattr(opened, f.name) for f in dataclasses.fields(Bus)})
-    store = ResourceStore(bus)
-    await bus.resources.purge("workflowruns.default.adopted")
-    created = await apply_run(store, "adopted")
+    store, created = await fresh_run(bus, "adopted")
     loop = resource_loop(bus, store)
     await loop._on_change("default", "adopted", created.body)
     adopted = await store.get("WorkflowRun", "default", "adopted")
@@ -283,18 +288,15 @@ async def test_a_new_run_s_saga_starts_without_waiting_for_its_finalizer_write(
     nats_url: str,
 ) -> None:
     bus = await Bus.open(nats_url, service="test")
-    store = ResourceStore(bus)
-    await bus.resources.purge("workflowruns.default.eager")
-    created = await apply_run(store, "eager")
+    store, created = await fresh_run(bus, "eager")
     source = HeldFinalizers(store)
     loop = ResourceLoop(bus=bus, source=source, projections=ProjectionStore(bus.runs))
     deciding = asyncio.create_task(loop._on_change("default", "eager", created.body))
-
-    async def published() -> None:
-        while not await run_events(bus, "eager"):
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(published(), timeout=5)  # while the finalizer write still waits
+    for _ in range(250):  # the stream is polled: up to 5 s for run.requested
+        if await run_events(bus, "eager"):
+            break
+        await asyncio.sleep(0.02)
+    assert await run_events(bus, "eager"), "run.requested waited for the finalizer write"
     assert not deciding.done()  # the change is handled once the finalizer is on
     source.release.set()
     await asyncio.wait_for(deciding, timeout=5)
@@ -308,9 +310,7 @@ async def test_a_failed_finalizer_write_fails_the_change_and_a_retry_starts_no_s
     nats_url: str,
 ) -> None:
     bus = await Bus.open(nats_url, service="test")
-    store = ResourceStore(bus)
-    await bus.resources.purge("workflowruns.default.retried")
-    created = await apply_run(store, "retried")
+    store, created = await fresh_run(bus, "retried")
     failing = HeldFinalizers(store, fail=True)
     failing.release.set()
     loop = ResourceLoop(bus=bus, source=failing, projections=ProjectionStore(bus.runs))
@@ -330,9 +330,7 @@ async def test_a_run_gone_before_its_saga_was_folded_still_gets_its_deletion(
     nats_url: str,
 ) -> None:
     bus = await Bus.open(nats_url, service="test")
-    store = ResourceStore(bus)
-    await bus.resources.purge("workflowruns.default.short-lived")
-    created = await apply_run(store, "short-lived")
+    store, created = await fresh_run(bus, "short-lived")
     loop = resource_loop(bus, store)
     await loop._on_change("default", "short-lived", created.body)
     # the watch reports it gone while nothing has folded its saga into plnt-runs yet
