@@ -179,7 +179,7 @@ class Soak:
         chaos = asyncio.create_task(self._chaos())
         try:
             for name in names:  # every run starts, in small bursts
-                await store.apply(parse_resource(run_document(name, registry, "1.0.0", 10)))
+                await self._apply(store, name, registry, "1.0.0", 10)
                 if self.random.random() < 0.1:
                     await asyncio.sleep(0.2)
             for _ in range(self.runs):  # then random spec changes and deletions
@@ -204,8 +204,8 @@ class Soak:
             try:
                 await store.apply(parse_resource(run_document(name, registry, version, percent)))
                 return
-            except Exception:  # Conflict while being deleted
-                await asyncio.sleep(0.1)
+            except Exception:  # Conflict while being deleted; a timeout while chaos restarts
+                await asyncio.sleep(0.1)  # the server (applying again is idempotent)
 
     async def _delete(self, store: ResourceStore, name: str) -> None:
         try:
