@@ -31,10 +31,10 @@ from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.bus.replay import replay
 from plnt_common.logs import configure_logging
 from plnt_common.nats_server import free_ports
-from plnt_common.projection import RunProjection
 from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
+from plnt_common.testing.projections import stored_projections
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FINAL_PHASES = {"Ready", "RolledBack", "Failed"}
@@ -56,10 +56,14 @@ class SoakReport:
     double_terminals: int = 0
     wrong_final_state: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
-    replay_matches: bool = False
-    replay_mismatches: list[str] = field(default_factory=list)
-    """Runs whose projection a replay of the stream changed (named for diagnosis)."""
+    replay_mismatches: list[str] | None = None
+    """Runs whose projection a replay of the stream changed (None: not compared yet)."""
     seconds: float = 0.0
+
+    @property
+    def replay_matches(self) -> bool:
+        """Compared, and a replay changed no run's projection."""
+        return self.replay_mismatches == []
 
     @property
     def ok(self) -> bool:
@@ -85,7 +89,9 @@ class SoakReport:
             ("orphans (routes, releases, runner processes)", len(self.orphans)),
             (
                 "projection equals replay",
-                "yes" if self.replay_matches else f"NO: {', '.join(self.replay_mismatches)}",
+                "yes"
+                if self.replay_matches
+                else f"NO: {', '.join(self.replay_mismatches or ['not compared'])}",
             ),
             ("seconds", f"{self.seconds:.1f}"),
         ]
@@ -304,13 +310,12 @@ class Soak:
         self.report.wrong_final_state.extend(f"saga {s} has no terminal event" for s in lost)
         self.report.double_terminals = len([s for s in sagas if terminals[s] > 1])
         await self._find_orphans(bus, set(alive))
-        before = await projections(bus)
+        before = await stored_projections(bus.nc)
         await replay(bus)
-        after = await projections(bus)
+        after = await stored_projections(bus.nc)
         self.report.replay_mismatches = sorted(
             key for key in before.keys() | after.keys() if before.get(key) != after.get(key)
         )
-        self.report.replay_matches = not self.report.replay_mismatches
 
     async def _find_orphans(self, bus: Bus, alive: set[str]) -> None:
         for key in await keys(bus, subjects.ROUTES_BUCKET):
@@ -357,14 +362,6 @@ def process_alive(pid: int) -> bool:
 async def keys(bus: Bus, bucket: str) -> list[str]:
     # not nats-py's KeyValue.keys(): its listing can end before what it lists (kv_snapshot)
     return list(await kv_snapshot(bus.nc, bucket))
-
-
-async def projections(bus: Bus) -> dict[str, RunProjection]:
-    return {
-        key: RunProjection.model_validate_json(value)
-        for key, (_, value) in (await kv_snapshot(bus.nc, subjects.RUNS_BUCKET)).items()
-        if value
-    }
 
 
 def main() -> None:

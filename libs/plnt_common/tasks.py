@@ -1,6 +1,8 @@
 """Small asyncio helpers the services share."""
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from plnt_common.logs import get_logger
@@ -22,3 +24,13 @@ async def discard(work: "asyncio.Future[Any]") -> None:
             raise  # the caller itself is being cancelled, not just the work
     except Exception as exc:
         log.debug("task.discarded", error=repr(exc))
+
+
+@contextlib.asynccontextmanager
+async def discarded_on_error(work: "asyncio.Future[Any]") -> AsyncIterator[None]:
+    """Run the block while ``work`` goes on; if the block raises, ``work`` is discarded."""
+    try:
+        yield
+    except BaseException:
+        await discard(work)
+        raise

@@ -19,10 +19,8 @@ from stack_support import (
 
 from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
-from plnt_common import subjects
-from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.events import EventType
-from plnt_common.projection import RunProjection
+from plnt_common.testing.projections import stored_projections
 
 
 @pytest.fixture
@@ -96,7 +94,7 @@ async def test_replay_rebuilds_the_same_projection_from_the_stream(
     for name in ("replay-a", "replay-b"):
         await client.wait_phase(name, "Ready")
     await asyncio.sleep(0.5)  # let the watcher finish writing
-    before = await projections(client)
+    before = await stored_projections(client.bus.nc)
     assert {"default.replay-a", "default.replay-b"} <= set(before)
     for key in before:
         await client.bus.runs.purge(key)
@@ -107,14 +105,4 @@ async def test_replay_rebuilds_the_same_projection_from_the_stream(
     finally:
         await session.close()
     assert stats.events > 0
-    assert await projections(client) == before
-
-
-async def projections(client: Client) -> dict[str, RunProjection]:
-    # kv_snapshot, not KeyValue.keys(): nats-py's listing can end before what it lists
-    snapshot = await kv_snapshot(client.bus.nc, subjects.RUNS_BUCKET)
-    return {
-        key: RunProjection.model_validate_json(value)
-        for key, (_, value) in snapshot.items()
-        if value
-    }
+    assert await stored_projections(client.bus.nc) == before

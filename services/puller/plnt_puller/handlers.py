@@ -25,7 +25,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.saga import SagaState
-from plnt_common.tasks import discard
+from plnt_common.tasks import discard, discarded_on_error
 from plnt_common.workflow import spec_digest
 from plnt_puller import logic
 from plnt_puller.ports import BackendCatalog, Registry, SpecStore
@@ -54,11 +54,8 @@ class PullHandler:
         run = _requested_run(event)
         # Reading the spec and the backend changes nothing: start them with the saga check.
         reads = asyncio.gather(self._fetch(run), self.backends.get(run.spec.backend.cluster))
-        try:
+        async with discarded_on_error(reads):
             state = await observe_saga(self.bus, event)
-        except BaseException:
-            await discard(reads)
-            raise
         gate = logic.saga_gate(
             ended=state is SagaState.ENDED, superseded=state is SagaState.SUPERSEDED
         )

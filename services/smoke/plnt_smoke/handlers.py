@@ -16,7 +16,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.saga import SagaState
 from plnt_common.status import Reason
-from plnt_common.tasks import discard
+from plnt_common.tasks import discard, discarded_on_error
 from plnt_smoke import logic
 from plnt_smoke.adapters.harness import SmokeHarness
 
@@ -45,11 +45,8 @@ class SmokeHandlers:
                 concurrency=self._concurrency,
             )
         )
-        try:
+        async with discarded_on_error(invoking):
             state = await observe_saga(self._bus, event)
-        except BaseException:
-            await discard(invoking)
-            raise
         if state is SagaState.ENDED:
             await discard(invoking)
             return

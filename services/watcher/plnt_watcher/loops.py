@@ -20,7 +20,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.projection import RunProjection, saga_order
 from plnt_common.resources import WorkflowRun, parse_resource
-from plnt_common.tasks import discard
+from plnt_common.tasks import discarded_on_error
 from plnt_watcher import logic
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.handlers import SERVICE
@@ -176,15 +176,13 @@ class ResourceLoop:
                 await adopting
             return
         assert isinstance(run, WorkflowRun)
-        adoption = asyncio.ensure_future(adopting) if adopting is not None else None
-        try:
+        if adopting is None:
             await self._publish_saga(facts, run)
-        except BaseException:
-            if adoption is not None:
-                await discard(adoption)
-            raise
-        if adoption is not None:
-            await adoption
+            return
+        adoption = asyncio.ensure_future(adopting)
+        async with discarded_on_error(adoption):
+            await self._publish_saga(facts, run)
+        await adoption
 
     async def _publish_saga(self, facts: logic.ResourceFacts, run: WorkflowRun) -> None:
         sagaid, recorded = await self._record_saga(facts)
