@@ -4,6 +4,7 @@ Used by ``plnt up`` for the embedded mode and by the tests for a fresh server pe
 """
 
 import contextlib
+import re
 import shutil
 import socket
 import subprocess
@@ -68,8 +69,35 @@ def wait_for_port(port: int, *, host: str = "127.0.0.1", timeout: float = 10.0) 
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
 
 
-def write_config(store_dir: Path, port: int, *, sync_always: bool = True) -> Path:
-    """A JetStream config; ``sync_interval: always`` so an acked publish survives a kill -9."""
+LOCAL_SYNC_INTERVAL = "1s"
+"""How often the embedded nats-server fsyncs its store (``plnt up``, the tests).
+
+nats-server writes a message to its files before it acknowledges the publish, so a crash
+or kill -9 of nats-server or of any service loses nothing acknowledged, whatever this
+says (tests/common/test_nats_server.py). An fsync guards only against losing the machine
+(an OS crash, power loss), which on a laptop also ends every runner the local backend
+started; the saga's redeliveries and step deadlines then deal with the last second lost
+(docs/reliability.md, "The store and the machine"). An fsync after every write
+(``always``) cost a third of each deploy's control-plane time (docs/benchmarks.md);
+compose and the Helm chart, one NATS node on a server, keep it.
+"""
+
+
+_SYNC_INTERVAL = re.compile(r"always|[1-9][0-9]*(ms|s|m|h)")
+
+
+def checked_sync_interval(text: str) -> str:
+    """``text`` if nats-server takes it as ``sync_interval``, else a ValueError saying so."""
+    if not _SYNC_INTERVAL.fullmatch(text):
+        raise ValueError(
+            f"sync interval {text!r} is not 'always' or a whole positive duration "
+            "such as 500ms, 1s or 2m"
+        )
+    return text
+
+
+def write_config(store_dir: Path, port: int, *, sync_interval: str = LOCAL_SYNC_INTERVAL) -> Path:
+    """A JetStream config with file storage, fsynced every ``sync_interval``."""
     store_dir.mkdir(parents=True, exist_ok=True)
     config = store_dir / "nats-server.conf"
     lines = [
@@ -77,10 +105,10 @@ def write_config(store_dir: Path, port: int, *, sync_always: bool = True) -> Pat
         f"port: {port}",
         "jetstream {",
         f'  store_dir: "{store_dir / "jetstream"}"',
+        f"  sync_interval: {checked_sync_interval(sync_interval)}",
+        "}",
+        "",
     ]
-    if sync_always:
-        lines.append("  sync_interval: always")
-    lines += ["}", ""]
     config.write_text("\n".join(lines))
     return config
 
@@ -94,15 +122,14 @@ class NatsServer:
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     die_with_parent: bool = True
-    sync_always: bool = True
-    """fsync every write (what plnt up runs); benchmarks may compare without it."""
+    sync_interval: str = LOCAL_SYNC_INTERVAL
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> "NatsServer":
-        config = write_config(self.store_dir, self.port, sync_always=self.sync_always)
+        config = write_config(self.store_dir, self.port, sync_interval=self.sync_interval)
         self.log_path = self.store_dir / "nats-server.log"
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(

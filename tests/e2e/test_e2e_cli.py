@@ -167,3 +167,11 @@ def test_demo_runs_end_to_end_on_other_ports_when_the_defaults_are_taken(
         assert "run.ready" in result.stdout
         assert "Drafted reply:" in result.stdout
         assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_up_refuses_a_sync_interval_nats_server_would_not_take(tmp_path: Path) -> None:
+    result = plnt("up", "--data-dir", str(tmp_path), "--nats-sync-interval", "fast")
+    assert one_line_error(result) == (
+        "plnt: --nats-sync-interval: sync interval 'fast' is not 'always' or a whole "
+        "positive duration such as 500ms, 1s or 2m"
+    )

@@ -14,6 +14,7 @@ from plnt_common import event_loop
 from plnt_common.errors import PlntError
 from plnt_common.logs import configure_logging
 from plnt_common.names import DEFAULT_NAMESPACE
+from plnt_common.nats_server import LOCAL_SYNC_INTERVAL, checked_sync_interval
 
 T = TypeVar("T")
 
@@ -41,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--replicas", type=int, default=1, help="replicas of each saga service (default 1)"
+    )
+    up.add_argument(
+        "--nats-sync-interval",
+        default=LOCAL_SYNC_INTERVAL,
+        metavar="INTERVAL",
+        help=f"how often NATS fsyncs its store: a duration, or 'always' to fsync every write "
+        f"(default {LOCAL_SYNC_INTERVAL}; see docs/reliability.md)",
     )
 
     demo = sub.add_parser("demo", help="up + publish the example + apply + wait + invoke + print")
@@ -119,6 +127,7 @@ def dispatch(args: argparse.Namespace) -> int:
             router_port=args.router_port,
             replicas=args.replicas,
             say=say,
+            nats_sync_interval=sync_interval_argument(args.nats_sync_interval),
         )
         return run_up(config, say=say)
     if command == "demo":
@@ -227,6 +236,13 @@ async def invoke_command(args: argparse.Namespace, data: str) -> int:
     say(text.rstrip())
     print(f"(HTTP {status}, revision {revision or '-'})", file=sys.stderr)
     return 0 if status < 400 else 1
+
+
+def sync_interval_argument(text: str) -> str:
+    try:
+        return checked_sync_interval(text)
+    except ValueError as exc:
+        raise PlntError(f"--nats-sync-interval: {exc}") from None
 
 
 def read_data_argument(data: str) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plnt_common.nats_server import NatsServer, free_ports, port_is_free
+from plnt_common.nats_server import LOCAL_SYNC_INTERVAL, NatsServer, free_ports, port_is_free
 from plnt_common.processes import die_with_parent
 from plnt_local_backend import stop_all_runners
 
@@ -62,6 +62,7 @@ class StackConfig:
     nats_port: int
     router_port: int
     replicas: int = 1
+    nats_sync_interval: str = LOCAL_SYNC_INTERVAL
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -104,7 +105,11 @@ class Supervisor:
     def __init__(self, config: StackConfig, *, say: Callable[[str], None]) -> None:
         self.config = config
         self._say = say
-        self._nats = NatsServer(store_dir=config.data_dir / "nats", port=config.nats_port)
+        self._nats = NatsServer(
+            store_dir=config.data_dir / "nats",
+            port=config.nats_port,
+            sync_interval=config.nats_sync_interval,
+        )
         self._services: list[ManagedProcess] = []
         self._stopping = threading.Event()
         self._lock = threading.Lock()

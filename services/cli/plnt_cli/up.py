@@ -18,6 +18,7 @@ from plnt_cli.supervisor import SAGA_SERVICES, StackConfig, Supervisor, choose_p
 from plnt_common import subjects
 from plnt_common.bus.connection import connect
 from plnt_common.errors import PlntError
+from plnt_common.nats_server import LOCAL_SYNC_INTERVAL
 
 DEFAULT_NATS_PORT = 4222
 DEFAULT_ROUTER_PORT = 8080
@@ -37,6 +38,7 @@ def stack_config(
     replicas: int,
     say: Callable[[str], None],
     fresh: bool = False,
+    nats_sync_interval: str = LOCAL_SYNC_INTERVAL,
 ) -> StackConfig:
     if fresh:
         chosen_dir = Path(tempfile.mkdtemp(prefix="plnt-demo-"))
@@ -53,7 +55,13 @@ def stack_config(
     router = choose_port(
         router_port, DEFAULT_ROUTER_PORT, "the router", say, chosen_already=(nats,)
     )
-    return StackConfig(data_dir=chosen_dir, nats_port=nats, router_port=router, replicas=replicas)
+    return StackConfig(
+        data_dir=chosen_dir,
+        nats_port=nats,
+        router_port=router,
+        replicas=replicas,
+        nats_sync_interval=nats_sync_interval,
+    )
 
 
 async def wait_until_ready(config: StackConfig, *, timeout_s: float = 60.0) -> None:
