@@ -225,7 +225,7 @@ async def sequential(url: str, documents: list[dict[str, Any]]) -> list[float]:
     return overheads
 
 
-REPLAY_ROUNDS = 3
+REPLAY_ROUNDS = 5
 PROBE_SAMPLES = 500
 
 
@@ -282,6 +282,14 @@ def _rates(rates: list[float]) -> str:
 
 
 Row = tuple[str, str, str]
+
+
+def burst_rounds(size: int) -> int:
+    """A burst of fewer than 1,000 runs ends within a second, short enough for a busy
+    moment of the machine to move it by a fifth: it runs three times, the median kept."""
+    return 1 if size >= 1000 else 3
+
+
 ALWAYS = "always"
 """compose's and the Helm chart's NATS: an fsync after every write (see LOCAL_SYNC_INTERVAL)."""
 
@@ -319,14 +327,23 @@ def deploy_rows(
     ]
     costs = []
     for size in bursts:
-        names = [f"{tag}burst{size}-{i}" for i in range(size)]
-        latencies, wall, _ = asyncio.run(deploy(stack.nats.url, run_documents(registry, names)))
+        walls = []
+        for round_ in range(burst_rounds(size)):
+            names = [f"{tag}burst{size}-{round_}-{i}" for i in range(size)]
+            latencies, wall, _ = asyncio.run(deploy(stack.nats.url, run_documents(registry, names)))
+            walls.append(wall)
+        wall = median(walls)
         costs.append(wall / size)
+        rounds = (
+            f"; median of {len(walls)}: {', '.join(f'{size / w:.0f}' for w in walls)}"
+            if len(walls) > 1
+            else ""
+        )
         rows.append(
             (
                 f"deploy throughput, {size} WorkflowRuns applied at once",
                 f"{size / wall:.0f} deploys/s ({wall / size * 1000:.1f} ms each; "
-                f"apply → Ready p50 {percentile(latencies, 0.5):.2f} s)",
+                f"apply → Ready p50 {percentile(latencies, 0.5):.2f} s{rounds})",
                 "≥ 100 deploys/s",
             )
         )
