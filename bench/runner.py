@@ -59,7 +59,9 @@ class RunnerBench:
 
     diamond_runs: int = 20
     chain_runs: int = 300
-    cache_calls: int = 300
+    cache_calls: int = 600
+    """Throughput is a steady state: a round of 300 calls at concurrency 16 spent about 5%
+    of its time in its last, partly empty window (1.44x at 300 calls, 1.49x at 600)."""
     cache_rounds: int = 4
     cache_concurrency: int = 16
     llm_latency_ms: float = 20.0

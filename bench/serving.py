@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--split-calls", type=int, default=10_000, help="calls for the split")
     group.add_argument("--wrk-seconds", type=int, default=4, help="seconds per wrk run")
-    group.add_argument("--cache-calls", type=int, default=300, help="calls per cache round")
+    group.add_argument(
+        "--cache-calls", type=int, default=RunnerBench.cache_calls, help="calls per cache round"
+    )
 
 
 def load_average() -> str:
