@@ -78,7 +78,7 @@ says (tests/common/test_nats_server.py). An fsync guards only against losing the
 (an OS crash, power loss), which on a laptop also ends every runner the local backend
 started; the saga's redeliveries and step deadlines then deal with the last second lost
 (docs/reliability.md, "The store and the machine"). An fsync after every write
-(``always``) cost a third of each deploy's control-plane time (docs/benchmarks.md);
+(``always``) took about a quarter of each deploy's control-plane time (docs/benchmarks.md);
 compose and the Helm chart, one NATS node on a server, keep it.
 """
 
