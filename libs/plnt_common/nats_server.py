@@ -73,8 +73,8 @@ LOCAL_SYNC_INTERVAL = "1s"
 """How often the embedded nats-server fsyncs its store (``plnt up``, the tests).
 
 nats-server writes a message to its files before it acknowledges the publish, so a crash
-or kill -9 of nats-server or of any service loses nothing acknowledged, whatever this
-says (tests/common/test_nats_server.py). An fsync guards only against losing the machine
+or kill -9 of nats-server or of any service loses nothing acknowledged, at any interval
+(tests/common/test_nats_server.py). An fsync guards only against losing the machine
 (an OS crash, power loss), which on a laptop also ends every runner the local backend
 started; the saga's redeliveries and step deadlines then deal with the last second lost
 (docs/reliability.md, "The store and the machine"). An fsync after every write

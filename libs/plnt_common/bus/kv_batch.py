@@ -1,10 +1,10 @@
 """Many KV writes at once: JetStream atomic batch publishing (nats-server 2.12+).
 
 Writing a thousand keys one by one is a thousand stored and acknowledged messages (and,
-on a server with ``sync_interval: always``, a thousand fsyncs); an atomic batch is
-stored and acknowledged once, at its commit. ``plnt replay`` writes the whole projection this way.
-A bucket whose stream does not allow atomic batches (made by an older plnt, or a server
-before 2.12 that dropped the flag) is written key by key instead.
+on a server with ``sync_interval: always``, a thousand fsyncs); an atomic batch is stored
+and acknowledged once, at its commit. ``plnt replay`` writes the whole projection this
+way. A bucket whose stream does not allow atomic batches (made by an older plnt, or a
+server before 2.12 that dropped the flag) is written key by key instead.
 """
 
 import asyncio
