@@ -1,8 +1,6 @@
 """The embedded nats-server: what its sync interval does and does not risk."""
 
 import asyncio
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from plnt_common.nats_server import (
 MESSAGES = 2_000
 
 
-async def publish_acknowledged(url: str, count: int) -> int:
+async def publish_acknowledged(url: str, count: int) -> None:
     nc = await connect(url, name="test")
     js = nc.jetstream()
     await js.add_stream(name="DURABLE", subjects=["durable.>"])
@@ -32,7 +30,6 @@ async def publish_acknowledged(url: str, count: int) -> int:
 
     await asyncio.gather(*(one(index) for index in range(count)))
     await nc.close()
-    return count
 
 
 async def stored_messages(url: str) -> int:
@@ -43,20 +40,13 @@ async def stored_messages(url: str) -> int:
 
 
 def test_a_kill_9_of_the_server_loses_nothing_acknowledged_between_fsyncs(
-    tmp_path: Path,
+    nats_server: NatsServer,
 ) -> None:
-    server = NatsServer(store_dir=tmp_path / "nats", port=free_port()).start()
-    assert server.process is not None
-    try:
-        acknowledged = asyncio.run(publish_acknowledged(server.url, MESSAGES))
-        # at once, well inside one sync interval: nothing of it was fsynced on purpose
-        os.kill(server.process.pid, signal.SIGKILL)
-        server.process.wait()
-        server.process = None
-        server.start()
-        assert asyncio.run(stored_messages(server.url)) == acknowledged
-    finally:
-        server.stop(kill=True)
+    asyncio.run(publish_acknowledged(nats_server.url, MESSAGES))
+    # at once, well inside one sync interval: nothing of it was fsynced on purpose
+    nats_server.stop(kill=True)
+    nats_server.start()
+    assert asyncio.run(stored_messages(nats_server.url)) == MESSAGES
 
 
 @pytest.mark.parametrize("interval", ["always", "500ms", LOCAL_SYNC_INTERVAL, "2m"])
@@ -65,7 +55,8 @@ def test_the_server_runs_with_each_interval_accepted(tmp_path: Path, interval: s
     server.start()
     try:
         assert f"sync_interval: {interval}" in (tmp_path / "nats" / "nats-server.conf").read_text()
-        assert asyncio.run(publish_acknowledged(server.url, 10)) == 10
+        asyncio.run(publish_acknowledged(server.url, 10))
+        assert asyncio.run(stored_messages(server.url)) == 10
     finally:
         server.stop(kill=True)
 
