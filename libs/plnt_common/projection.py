@@ -289,15 +289,8 @@ CONDITION_ORDER = {kind: index for index, kind in enumerate(ConditionType)}
 ConditionSpec = tuple[ConditionType, bool, str, str]
 
 
-def _with(current: _Draft, event: Envelope, *pairs: ConditionSpec) -> list[ConditionSpec]:
-    """The conditions a step sets; ``apply_event`` merges each by its stamp."""
-    return list(pairs)
-
-
 def _requested(current: _Draft, event: Envelope) -> dict[str, object]:
-    conditions = _with(
-        current, event, (ConditionType.READY, False, Reason.PROGRESSING, "rolling out")
-    )
+    conditions = [(ConditionType.READY, False, Reason.PROGRESSING, "rolling out")]
     return {
         "requested_at": event.time,
         "status": {"phase": Phase.PULLING, "conditions": conditions, "message": "pulling spec"},
@@ -306,16 +299,14 @@ def _requested(current: _Draft, event: Envelope) -> dict[str, object]:
 
 def _pulled(current: _Draft, event: Envelope) -> dict[str, object]:
     data: SpecPulled = event.payload()
-    conditions = _with(
-        current,
-        event,
+    conditions = [
         (
             ConditionType.SPEC_PULLED,
             True,
             Reason.SUCCEEDED,
             f"{data.workflow_name}@{data.workflow_version}",
-        ),
-    )
+        )
+    ]
     return {
         "status": {
             "phase": Phase.INSTALLING,
@@ -329,9 +320,7 @@ def _pulled(current: _Draft, event: Envelope) -> dict[str, object]:
 def _installed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: CanaryInstalled = event.payload()
     percent = data.run.spec.canary.traffic_percent
-    conditions = _with(
-        current, event, (ConditionType.CANARY_INSTALLED, True, Reason.SUCCEEDED, data.canary.url)
-    )
+    conditions = [(ConditionType.CANARY_INSTALLED, True, Reason.SUCCEEDED, data.canary.url)]
     return {
         "status": {
             "phase": Phase.SMOKING,
@@ -356,9 +345,7 @@ def _smoke_status(data: SmokeVerdict) -> SmokeStatus:
 
 def _smoke_passed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: SmokeVerdict = event.payload()
-    conditions = _with(
-        current, event, (ConditionType.SMOKE_PASSED, True, Reason.SUCCEEDED, data.figures.reason)
-    )
+    conditions = [(ConditionType.SMOKE_PASSED, True, Reason.SUCCEEDED, data.figures.reason)]
     return {
         "status": {
             "phase": Phase.PROMOTING,
@@ -371,11 +358,7 @@ def _smoke_passed(current: _Draft, event: Envelope) -> dict[str, object]:
 
 def _smoke_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: SmokeVerdict = event.payload()
-    conditions = _with(
-        current,
-        event,
-        (ConditionType.SMOKE_PASSED, False, Reason.SMOKE_FAILED, data.figures.reason),
-    )
+    conditions = [(ConditionType.SMOKE_PASSED, False, Reason.SMOKE_FAILED, data.figures.reason)]
     return {
         "status": {
             "phase": Phase.ROLLING_BACK,
@@ -388,9 +371,7 @@ def _smoke_failed(current: _Draft, event: Envelope) -> dict[str, object]:
 
 def _install_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: InstallFailed = event.payload()
-    conditions = _with(
-        current, event, (ConditionType.CANARY_INSTALLED, False, data.reason, data.message)
-    )
+    conditions = [(ConditionType.CANARY_INSTALLED, False, data.reason, data.message)]
     return {
         "status": {"phase": Phase.ROLLING_BACK, "conditions": conditions, "message": data.message}
     }
@@ -419,12 +400,10 @@ def _restored(current: _Draft, event: Envelope) -> dict[str, object]:
 
 def _ready(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RunReady = event.payload()
-    conditions = _with(
-        current,
-        event,
+    conditions = [
         (ConditionType.PROMOTED, True, Reason.SUCCEEDED, f"100% on {data.revision}"),
         (ConditionType.READY, True, Reason.SUCCEEDED, f"serving {data.revision}"),
-    )
+    ]
     return {
         "stable_revision": data.revision,
         "status": {
@@ -441,9 +420,7 @@ def _ready(current: _Draft, event: Envelope) -> dict[str, object]:
 def _rolled_back(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RunRolledBack = event.payload()
     still = f"; {data.stable_revision} keeps serving" if data.stable_revision else ""
-    conditions = _with(
-        current, event, (ConditionType.READY, bool(data.stable_revision), data.reason, data.message)
-    )
+    conditions = [(ConditionType.READY, bool(data.stable_revision), data.reason, data.message)]
     return {
         "status": {
             "phase": Phase.ROLLED_BACK,
@@ -456,11 +433,7 @@ def _rolled_back(current: _Draft, event: Envelope) -> dict[str, object]:
 
 def _failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RunFailed = event.payload()
-    conditions = _with(
-        current,
-        event,
-        (ConditionType.READY, bool(current.stable_revision), data.reason, data.message),
-    )
+    conditions = [(ConditionType.READY, bool(current.stable_revision), data.reason, data.message)]
     return {
         "status": {
             "phase": Phase.FAILED,

@@ -184,12 +184,6 @@ def desired_from_values(*, name: str, values: dict[str, Any]) -> DesiredRelease 
         return None
 
 
-def backend_of(values: dict[str, Any]) -> str:
-    """The PlntBackend a release's values name ("" when they name none)."""
-    annotations = (values.get("service") or {}).get("annotations") or {}
-    return str(annotations.get(BACKEND, ""))
-
-
 def service_url(*, name: str, namespace: str, values: dict[str, Any]) -> str:
     """The in-cluster URL of the release's Service (the chart names it after the release)."""
     port = int((values.get("service") or {}).get("port") or RUNNER_SERVICE_PORT)
