@@ -48,3 +48,17 @@ DEPLOY_DURATION = Histogram(
     ["outcome"],
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
+
+# Additions to the contract's metrics: what a saga step did, so "exactly once" can be
+# counted on the side effects themselves rather than on the (deduplicated) events.
+SAGA_STEP_RUNS = Counter(
+    "plnt_saga_step_runs_total",
+    "Saga handler bodies that ran to completion (redeliveries count again).",
+    ["service", "step"],
+)
+SIDE_EFFECTS = Counter(
+    "plnt_side_effects_total",
+    "Side effects a saga step carried out: canary installs, runner starts, route writes, "
+    "smoke runs, spec stores.",
+    ["service", "effect"],
+)

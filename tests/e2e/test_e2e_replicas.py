@@ -1,4 +1,8 @@
-"""Two replicas of every saga service share one durable consumer each: no saga runs twice."""
+"""Two replicas of every saga service share one durable consumer each: no saga runs twice.
+
+Counted on the side effects themselves (the processes' counters), not on the events: a
+step that ran twice publishes an event the stream's duplicate window drops.
+"""
 
 import asyncio
 from collections import Counter
@@ -6,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from side_effects import counting_env, side_effects, step_runs
 from stack_fixtures import start_stack
 from stack_support import Client, backend_document, publish_spec, run_document, workflow_named
 
@@ -17,8 +22,14 @@ RUNS = 50
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
-    supervisor = start_stack(tmp_path_factory.mktemp("replicas"), replicas=2)
+def counted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("replica-metrics")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, counted: Path) -> Iterator[Supervisor]:
+    data_dir = tmp_path_factory.mktemp("replicas")
+    supervisor = start_stack(data_dir, replicas=2, env=counting_env(counted))
     yield supervisor
     supervisor.stop()
 
@@ -33,7 +44,7 @@ async def client(stack: Supervisor) -> AsyncIterator[Client]:
 
 
 async def test_a_burst_on_two_replicas_ends_each_saga_once_with_one_install(
-    client: Client, registry: Path, stack: Supervisor
+    client: Client, registry: Path, stack: Supervisor, counted: Path
 ) -> None:
     assert Counter(p.name.rsplit("-", 1)[0] for p in stack.services())["installer"] == 2
     names = [f"burst-{i}" for i in range(RUNS)]
@@ -49,3 +60,22 @@ async def test_a_burst_on_two_replicas_ends_each_saga_once_with_one_install(
         assert kinds[EventType.CANARY_INSTALLED] == 1, (name, kinds)
         assert sum(n for kind, n in kinds.items() if kind.is_terminal) == 1
         assert len(await client.observed_pids(name)) == 1, (name, await client.release_keys(name))
+
+    effects = side_effects(counted)
+    assert effects == {
+        ("puller", "spec_store"): RUNS,
+        ("installer", "canary_install"): RUNS,
+        ("local-backend", "runner_start"): RUNS,
+        ("smoke", "smoke_run"): RUNS,
+        ("promoter", "route_write"): 2 * RUNS,  # the canary's share, then the promotion
+        ("promoter", "terminal_claim"): RUNS,
+    }, effects
+    runs = step_runs(counted)
+    for step in (
+        ("puller", "run.requested"),
+        ("installer", "spec.pulled"),
+        ("smoke", "canary.installed"),
+        ("promoter", "canary.installed"),
+        ("promoter", "smoke.passed"),
+    ):
+        assert runs[step] == RUNS, (step, runs)

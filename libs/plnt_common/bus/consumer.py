@@ -22,13 +22,13 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js import api
 
-from plnt_common import subjects
+from plnt_common import faults, subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.pull_feed import PullFeed
 from plnt_common.errors import PlntError, SpecInvalid
 from plnt_common.events import Envelope, decode_event
 from plnt_common.logs import get_logger
-from plnt_common.metrics import SAGA_STEP_DURATION
+from plnt_common.metrics import SAGA_STEP_DURATION, SAGA_STEP_RUNS
 
 log = get_logger(__name__)
 
@@ -225,6 +225,8 @@ class EventConsumer:
             SAGA_STEP_DURATION.labels(
                 self._spec.service, envelope.event_type.value, outcome
             ).observe(time.perf_counter() - started)
+        SAGA_STEP_RUNS.labels(self._spec.service, envelope.event_type.value).inc()
+        await faults.pause_point(self._spec.service, envelope.event_type.value, "before_ack")
         await msg.ack()
 
     async def _exhausted(self, msg: Msg, envelope: Envelope, exc: BaseException) -> None:

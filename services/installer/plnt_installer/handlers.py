@@ -1,5 +1,6 @@
 """Installer handlers: install canaries, compensate them, retire and remove releases."""
 
+from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
@@ -21,6 +22,7 @@ from plnt_common.events import (
     InstallFailed as InstallFailedEvent,
 )
 from plnt_common.logs import get_logger
+from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.releases import DesiredRelease, ReleaseRole, release_name
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
@@ -150,6 +152,7 @@ class InstallerHandlers:
             # an install the backend refuses outright (e.g. Helm cannot render the chart)
             # fails the step now rather than after every redelivery
             await backend.install(desired)
+            SIDE_EFFECTS.labels(SERVICE, "canary_install").inc()
             log.info("canary.installing", release=desired.release, revision=desired.revision)
             observed = await backend.wait_ready(
                 namespace=desired.namespace,
@@ -192,6 +195,7 @@ class InstallerHandlers:
             url=observed.url,
             spec_digest=data.spec_digest,
         )
+        await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         await self._bus.publish(
             follow_up(
                 event,
@@ -218,6 +222,8 @@ class InstallerHandlers:
                 namespace=event.namespace, release=release, timeout_s=self._uninstall_timeout_s
             )
         log.info("canary.removed", release=release, was_present=removed)
+        SIDE_EFFECTS.labels(SERVICE, "canary_removal").inc(int(removed))
+        await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         stable = logic.stable_revision(releases, excluding_saga=event.sagaid)
         revision = mine.revision if mine else ""
         await self._end_failed(event, reason, message, stable=stable, revision=revision)

@@ -2,6 +2,7 @@
 
 import asyncio
 
+from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
@@ -146,6 +147,7 @@ class PromoterHandlers:
             spec_digest=data.canary.spec_digest,
             previous_revision="" if verdict is logic.Verdict.ALREADY_PROMOTED else previous,
         )
+        await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         await self._bus.publish_terminal(
             follow_up(event, EventType.RUN_READY, ready, source=SERVICE)
         )
@@ -175,6 +177,7 @@ class PromoterHandlers:
             reason=reason,
             message=message,
         )
+        await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         await self._bus.publish(
             follow_up(event, EventType.ROUTE_RESTORED, restored, source=SERVICE)
         )

@@ -10,6 +10,7 @@ acks); raise to be redelivered with back-off. Publishing twice is safe: the bus 
 import asyncio
 from dataclasses import dataclass
 
+from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
@@ -23,6 +24,7 @@ from plnt_common.events import (
     follow_up,
 )
 from plnt_common.logs import get_logger
+from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.saga import SagaState
 from plnt_common.tasks import discard, discarded_on_error
@@ -75,6 +77,7 @@ class PullHandler:
                 raise
             await self._fail(event, failure)
             return
+        await faults.pause_point(SOURCE, event.event_type.value, "after_effect")
         await self.bus.publish(follow_up(event, EventType.SPEC_PULLED, pulled, source=SOURCE))
         log.info("pull.succeeded", digest=pulled.spec_digest, revision=pulled.revision)
 
@@ -106,6 +109,7 @@ class PullHandler:
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
         if not stored:
             await self.specs.put(digest=digest, data=raw)
+            SIDE_EFFECTS.labels(SOURCE, "spec_store").inc()
         log.info("pull.spec_stored", digest=digest, written=not stored)
         return logic.spec_pulled(
             run=run,

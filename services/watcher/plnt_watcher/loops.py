@@ -5,6 +5,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.saga import advance_latest_saga, latest_saga
 from plnt_common.errors import SpecInvalid
@@ -202,6 +203,7 @@ class ResourceLoop:
             generation=facts.generation,
             source=SERVICE,
         )
+        await faults.pause_point(SERVICE, EventType.RUN_REQUESTED.value, "after_effect")
         # (another saga recorded: a newer one, another replica saw more)
         if recorded == sagaid and await self._bus.publish(event):
             log.info("saga.requested", sagaid=sagaid, generation=facts.generation)

@@ -6,6 +6,7 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequen
 from nats.js.kv import KeyValue
 
 from plnt_common.errors import Conflict
+from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.routes import RouteEntry, route_key
 
 CAS_ATTEMPTS = 20
@@ -54,6 +55,7 @@ class RouteTable:
                     await self._kv.create(key, payload)
             except KeyWrongLastSequenceError:
                 continue
+            SIDE_EFFECTS.labels("promoter", "route_write").inc()
             return updated
         raise Conflict(f"route {key} kept changing")
 
