@@ -2,7 +2,9 @@
 
 Keys: ``desired.<namespace>.<release>`` written by the installer only, and
 ``observed.<namespace>.<release>`` written by the local-backend only, so neither write
-races the other. A release is one runner serving one revision of one WorkflowRun.
+races the other. ``observed-kube.<namespace>.<release>`` is what the installer observes of
+its Helm releases (Service endpoints), in the same shape; the local-backend never reads
+it. A release is one runner serving one revision of one WorkflowRun.
 """
 
 from enum import StrEnum
@@ -11,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DESIRED_PREFIX = "desired"
 OBSERVED_PREFIX = "observed"
+KUBE_OBSERVED_PREFIX = "observed-kube"
 
 
 def release_name(run_name: str, generation: int) -> str:
@@ -29,6 +32,20 @@ def desired_key(namespace: str, release: str) -> str:
 
 def observed_key(namespace: str, release: str) -> str:
     return f"{OBSERVED_PREFIX}.{namespace}.{release}"
+
+
+def kube_observed_key(namespace: str, release: str) -> str:
+    return f"{KUBE_OBSERVED_PREFIX}.{namespace}.{release}"
+
+
+def run_of_release(release: str) -> str:
+    """The WorkflowRun a release belongs to: ``release_name`` undone."""
+    return release.rsplit("-g", 1)[0]
+
+
+def release_of_revision(run_name: str, revision: str) -> str:
+    """The release that serves ``revision`` of ``run_name`` (``revision_label`` undone)."""
+    return f"{run_name}-g{revision.rsplit('-g', 1)[-1]}"
 
 
 class ReleaseRole(StrEnum):
@@ -88,3 +105,6 @@ class ObservedRelease(BaseModel):
     pid: int = 0
     restarts: int = 0
     message: str = ""
+    reason: str = Field(
+        default="", description="Why it is not ready, when the backend can say (a Reason)."
+    )

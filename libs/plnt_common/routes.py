@@ -1,7 +1,11 @@
 """The router table: one ``plnt-routes`` KV entry per workflow, written by the promoter.
 
 Key: ``<namespace>.<name>``. The router watches the bucket and never reads it per request.
+A target's url is the address its release is observed at: the promoter moves it, and
+marks the target not serving, when the backend reports the runner restarted or down.
 """
+
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +23,21 @@ class RouteTarget(BaseModel):
         examples=["http://127.0.0.1:39001"],
     )
     saga_id: str = Field(default="", description="Saga that installed this revision.")
+    release: str = Field(
+        default="",
+        description="Release serving this revision, whose observed address the url follows.",
+        examples=["review-responder-g1"],
+    )
+    serving: bool = Field(
+        default=True, description="False while the backend reports the runner down."
+    )
+    reason: str = Field(
+        default="", description="Why the runner is not serving (a status Reason); empty when it is."
+    )
+    message: str = Field(default="", description="What the backend said about the runner.")
+    since: datetime | None = Field(
+        default=None, description="When ``serving`` last changed (None: since it was routed)."
+    )
 
 
 class RouteEntry(BaseModel):

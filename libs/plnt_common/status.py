@@ -48,6 +48,8 @@ class ConditionType(StrEnum):
     """All traffic goes to the new revision."""
     READY = "Ready"
     """The run serves its current generation."""
+    SERVING = "Serving"
+    """Live, not saga history: every routed runner is up where the route points."""
 
 
 class Reason(StrEnum):
@@ -66,3 +68,16 @@ class Reason(StrEnum):
     STEP_TIMED_OUT = "StepTimedOut"
     DELIVERY_EXHAUSTED = "DeliveryExhausted"
     DELETED = "Deleted"
+
+
+class ServingReason(StrEnum):
+    """Reasons of the live ``Serving`` condition, from what the backend observes."""
+
+    RUNNER_READY = "RunnerReady"
+    """Every routed runner is ready at the address its route points to."""
+    RUNNER_STARTING = "RunnerStarting"
+    """A routed runner exited or is not ready yet; the backend is (re)starting it."""
+    RUNNER_FAILED = "RunnerFailed"
+    """The backend gave up on a routed runner; a new rollout is needed."""
+    NO_READY_PODS = "NoReadyPods"
+    """The release's Service has no ready endpoint (Kubernetes)."""

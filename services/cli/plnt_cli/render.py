@@ -6,6 +6,8 @@ from typing import Any
 
 import yaml
 
+from plnt_common.status import ConditionType
+
 
 def age(timestamp: str | None, *, now: datetime | None = None) -> str:
     if not timestamp:
@@ -42,13 +44,24 @@ def workflowrun_rows(objects: list[dict[str, Any]]) -> str:
             [
                 body["metadata"]["name"],
                 status.get("phase", "Pending"),
+                serving(status),
                 status.get("revision") or "-",
                 f"{percent}%" if canary.get("revision") else "-",
                 status.get("endpoint") or "-",
                 age(body["metadata"].get("creationTimestamp")),
             ]
         )
-    return table(["NAME", "PHASE", "REVISION", "CANARY", "ENDPOINT", "AGE"], rows)
+    return table(["NAME", "PHASE", "SERVING", "REVISION", "CANARY", "ENDPOINT", "AGE"], rows)
+
+
+def serving(status: dict[str, Any]) -> str:
+    """``True``, ``False (<reason>)`` from the live Serving condition; ``-`` without one."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == ConditionType.SERVING.value:
+            if condition.get("status") == "True":
+                return "True"
+            return f"False ({condition.get('reason') or 'Unknown'})"
+    return "-"
 
 
 def backend_rows(objects: list[dict[str, Any]]) -> str:

@@ -219,6 +219,15 @@ def restart_delay(*, failures_in_a_row: int, initial_s: float, max_s: float) -> 
     return min(max_s, initial_s * 2.0 ** min(exponent, 64))
 
 
+def preferred_port(*, last_url: str, failures_in_a_row: int) -> int | None:
+    """The port to start on again, so routes need not move: the last runner's, unless
+    starting there already failed (then any free port)."""
+    if failures_in_a_row > 1 or not last_url:
+        return None
+    port = last_url.rsplit(":", 1)[-1]
+    return int(port) if port.isdigit() and 0 < int(port) < 65536 else None
+
+
 # --- what is reported -----------------------------------------------------------------
 
 

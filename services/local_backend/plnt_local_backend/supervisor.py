@@ -15,8 +15,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from plnt_common import faults
 from plnt_common.errors import BusUnavailable, InstallFailed, SpecNotFound
 from plnt_common.logs import get_logger
+from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.releases import DesiredRelease, ObservedRelease, ReleasePhase
 from plnt_local_backend import logic
 from plnt_local_backend.adapters.health import HealthProbe
@@ -86,6 +88,8 @@ class Supervisor:
         self._failures_in_a_row = 0
         self._retry_at: float | None = None
         self._reported: ObservedRelease | None = None
+        self._last_url = ""
+        """Where the last runner listened (also an earlier local-backend's): started again there."""
         self._adopted = False
         self._log = log.bind(namespace=key.namespace, name=key.release)
 
@@ -126,6 +130,7 @@ class Supervisor:
         if observed is not None:
             self._restarts = observed.restarts
             self._reported = observed
+            self._last_url = observed.url
         if pid is None:
             self._failure = logic.restored_failure(observed=observed, desired=self._desired)
             return
@@ -217,7 +222,11 @@ class Supervisor:
         if not logic.spec_matches(digest=desired.spec_digest, raw=raw):
             self._fail(desired, f"spec bytes stored as {desired.spec_digest} do not hash to it")
             return
-        port = pick_free_port()
+        port = pick_free_port(
+            preferred=logic.preferred_port(
+                last_url=self._last_url, failures_in_a_row=self._failures_in_a_row
+            )
+        )
         try:
             env = runner_env(
                 desired=desired,
@@ -249,6 +258,7 @@ class Supervisor:
             started_at=time.time(),
         )
         self._dir.write_launch(record)
+        self._last_url = record.url
         self._runner = _Running(
             process=process,
             record=record,
@@ -256,6 +266,8 @@ class Supervisor:
             ready_deadline=loop.time() + self._settings.ready_timeout_s,
         )
         log_.info("runner.started", pid=process.pid, url=record.url, restarts=self._restarts)
+        SIDE_EFFECTS.labels("local-backend", "runner_start").inc()
+        await faults.pause_point("local-backend", "runner", "after_effect")
         await self._report(desired, ReleasePhase.STARTING)
 
     async def _await_ready(self, desired: DesiredRelease) -> None:

@@ -1,4 +1,4 @@
-"""Promoter wiring: bus, route table, one durable consumer."""
+"""Promoter wiring: bus, route table, one durable consumer, the route follower."""
 
 import asyncio
 
@@ -9,6 +9,7 @@ from plnt_common.events import EventType
 from plnt_common.runtime import run_service
 from plnt_promoter.adapters.route_table import RouteTable
 from plnt_promoter.handlers import SERVICE, PromoterHandlers
+from plnt_promoter.route_follow import RouteFollower
 from plnt_promoter.settings import PromoterSettings
 
 CONSUMES = (
@@ -22,9 +23,9 @@ CONSUMES = (
 
 async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
-    handlers = PromoterHandlers(
-        bus=bus, routes=RouteTable(bus.routes), public_url=settings.router_public_url
-    )
+    routes = RouteTable(bus.routes)
+    handlers = PromoterHandlers(bus=bus, routes=routes, public_url=settings.router_public_url)
+    follower = RouteFollower(bus=bus, routes=routes, resync_s=settings.follow_resync_s)
     spec = ConsumerSpec(
         service=SERVICE,
         filters=tuple(subjects.event_filter(t) for t in CONSUMES),
@@ -32,9 +33,12 @@ async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
         # a run's route changes apply in stream order (a deletion after a routing)
         ordered_by_run=True,
     )
+    following = asyncio.create_task(follower.run(stop))
     try:
         await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
     finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
         await bus.close()
 
 

@@ -1,10 +1,14 @@
 """Pure promotion decisions over the route table; imports no I/O library."""
 
+from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 
 from plnt_common.events import CanaryRef
+from plnt_common.releases import ObservedRelease, ReleasePhase, release_of_revision
 from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_common.saga import SagaState
+from plnt_common.status import ServingReason
 
 
 class Verdict(StrEnum):
@@ -28,7 +32,9 @@ def endpoint_url(public_url: str, namespace: str, name: str) -> str:
 
 
 def target(canary: CanaryRef, saga_id: str) -> RouteTarget:
-    return RouteTarget(revision=canary.revision, url=canary.url, saga_id=saga_id)
+    return RouteTarget(
+        revision=canary.revision, url=canary.url, saga_id=saga_id, release=canary.release
+    )
 
 
 def with_canary(
@@ -91,3 +97,41 @@ def without_canary(
     if current.canary is not None and current.canary.saga_id == saga_id:
         current = current.model_copy(update={"canary": None, "canary_weight": 0})
     return current.model_copy(update={"restored_saga_id": saga_id})
+
+
+# --- routes follow what serves ----------------------------------------------------------
+
+
+def followed(
+    entry: RouteEntry, observed: Mapping[str, ObservedRelease], *, now: datetime
+) -> RouteEntry:
+    """``entry`` with each target at its release's observed address and readiness.
+
+    ``observed``: the entry's namespace's observed records by release name. A target whose
+    release reports nothing (or another revision) is left as it is: no news is not an
+    outage, and a record of an earlier install must not move a newer route.
+    """
+    stable = entry.stable and _followed(entry.name, entry.stable, observed, now)
+    canary = entry.canary and _followed(entry.name, entry.canary, observed, now)
+    if stable == entry.stable and canary == entry.canary:
+        return entry
+    return entry.model_copy(update={"stable": stable, "canary": canary})
+
+
+def _followed(
+    run_name: str, target: RouteTarget, observed: Mapping[str, ObservedRelease], now: datetime
+) -> RouteTarget:
+    release = target.release or release_of_revision(run_name, target.revision)
+    seen = observed.get(release)
+    if seen is None or seen.revision != target.revision:
+        return target
+    if seen.phase is ReleasePhase.READY and seen.url:
+        update: dict[str, object] = {"url": seen.url, "serving": True, "reason": "", "message": ""}
+    else:
+        failed = seen.phase is ReleasePhase.FAILED
+        reason = ServingReason.RUNNER_FAILED if failed else ServingReason.RUNNER_STARTING
+        update = {"serving": False, "reason": seen.reason or reason, "message": seen.message}
+    update["release"] = release
+    if update["serving"] != target.serving:
+        update["since"] = now
+    return target.model_copy(update=update)

@@ -10,3 +10,9 @@ class PromoterSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="PLNT_PROMOTER_", extra="ignore")
 
     concurrency: int = Field(default=16, ge=1, description="Events handled at once per replica.")
+    follow_resync_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Between two sweeps of the route follower over every route (retries a "
+        "route write that failed); changes themselves are followed as they happen.",
+    )

@@ -16,10 +16,12 @@ from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
 from plnt_watcher.adapters.embedded_source import EmbeddedSource
 from plnt_watcher.adapters.projections import ProjectionStore
+from plnt_watcher.adapters.route_feed import route_entries
 from plnt_watcher.handlers import SERVICE, ProjectionHandlers
 from plnt_watcher.leader import LeaderElector
 from plnt_watcher.loops import DeadlineLoop, ResourceLoop
 from plnt_watcher.ports import ResourceSource
+from plnt_watcher.serving import ServingLoop
 from plnt_watcher.settings import WatcherSettings
 from plnt_watcher.status_sync import ConvergingStatus
 
@@ -94,8 +96,11 @@ def resource_loop(
 async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
     projections = ProjectionStore(bus.runs, reconnects=bus.reconnects)
+    serving = ServingLoop(feed=lambda: route_entries(bus.routes, reconnects=bus.reconnects))
     # Replicas fold in parallel: status writes re-check the projection so the newest wins.
-    source = ConvergingStatus(source=build_source(settings, bus), projections=projections)
+    source = ConvergingStatus(
+        source=build_source(settings, bus), projections=projections, serving=serving.lookup
+    )
     elector = build_elector(settings)
     handlers = ProjectionHandlers(
         bus=bus,
@@ -122,6 +127,7 @@ async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
     background = [
         asyncio.create_task(resource_loop(resources, elector, stop)),
         asyncio.create_task(deadlines.run(stop)),
+        asyncio.create_task(serving.run(stop, refresh=source.refresh)),
     ]
     try:
         await consumer.run(stop)

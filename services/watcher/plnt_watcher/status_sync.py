@@ -9,17 +9,21 @@ afterwards, and writes again while it moved on: the last writer always checks la
 the resource ends on the newest projection. A briefly older status can still show (and
 be recorded as a phase change) when two writes cross. Everything else passes through unchanged.
 
+Every status it writes gets the run's live ``Serving`` condition merged in (``serving``),
+which the projection never holds; ``refresh`` rewrites a status when only that changed.
+
 It does not decide what a status says (``logic.status_document`` does) or order events
 (the projection fold does).
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from plnt_common.logs import get_logger
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.logic import status_document
 from plnt_watcher.ports import ResourceSource
+from plnt_watcher.serving import Serving, with_serving
 
 log = get_logger(__name__)
 MAX_ROUNDS = 5
@@ -30,9 +34,16 @@ each of them checks after its own write, so stopping here loses nothing."""
 class ConvergingStatus:
     """``ResourceSource`` whose ``write_status`` re-checks the projection after writing."""
 
-    def __init__(self, *, source: ResourceSource, projections: ProjectionStore) -> None:
+    def __init__(
+        self,
+        *,
+        source: ResourceSource,
+        projections: ProjectionStore,
+        serving: Callable[[str, str], Serving | None] | None = None,
+    ) -> None:
         self._source = source
         self._projections = projections
+        self._serving = serving
 
     def watch(self) -> AsyncIterator[tuple[str, str, dict[str, Any] | None]]:
         return self._source.watch()
@@ -66,9 +77,22 @@ class ConvergingStatus:
         self, *, namespace: str, name: str, status: dict[str, Any], revision: int
     ) -> bool:
         """Write the status folded at projection ``revision``, then converge on the newest."""
-        if not await self._source.write_status(namespace=namespace, name=name, status=status):
+        if not await self._write(namespace, name, status):
             return False
         return await self._converge(namespace=namespace, name=name, revision=revision)
+
+    async def refresh(self, namespace: str, name: str) -> None:
+        """Rewrite the status from the newest projection (a run without one is left alone)."""
+        newest, revision = await self._projections.read(namespace=namespace, name=name)
+        if newest is not None and not newest.removed:
+            await self.write_folded(
+                namespace=namespace, name=name, status=status_document(newest), revision=revision
+            )
+
+    async def _write(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        if self._serving is not None:
+            status = with_serving(status, self._serving(namespace, name))
+        return await self._source.write_status(namespace=namespace, name=name, status=status)
 
     async def _converge(self, *, namespace: str, name: str, revision: int) -> bool:
         """After writing the status folded at ``revision``: while the projection moved on,
@@ -81,8 +105,6 @@ class ConvergingStatus:
             newest, revision = await self._projections.read(namespace=namespace, name=name)
             if newest is None or newest.removed:
                 return True  # removed meanwhile: the handler of that event finishes the run
-            if not await self._source.write_status(
-                namespace=namespace, name=name, status=status_document(newest)
-            ):
+            if not await self._write(namespace, name, status_document(newest)):
                 return False
         return True

@@ -10,6 +10,7 @@ in ``logic``.
 """
 
 import asyncio
+import collections
 import contextlib
 import os
 import signal
@@ -33,16 +34,31 @@ KILL_WAIT_S = 5.0
 
 _POLL_S = 0.05
 
+_handed_out: collections.deque[int] = collections.deque(maxlen=4096)
+"""Ports given to runners lately: one whose runner has not bound it yet looks free, and
+was seen given to a second runner, whose health probe then reached the first one."""
 
-def pick_free_port(host: str = RUNNER_HOST) -> int:
-    """A port nothing listens on right now.
+
+def pick_free_port(host: str = RUNNER_HOST, *, preferred: int | None = None) -> int:
+    """A port nothing listens on right now: ``preferred`` when it is free, else any.
 
     Another process may take it before the runner binds; the runner then exits and is
     restarted on a new port, like any other failed start.
     """
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    if preferred is not None:
+        # Bound as the runner binds (SO_REUSEADDR: a killed runner's TIME_WAIT connections
+        # do not hold the port; a listener does).
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, preferred))
+            return preferred
+    while True:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.append(port)
+            return port
 
 
 def pid_alive(pid: int, *, reap: bool = False) -> bool:

@@ -1,0 +1,133 @@
+"""The live ``Serving`` condition: whether the runners a run's route points to are up.
+
+It is not saga history: ``plnt-runs`` (what ``plnt replay`` rebuilds) never holds it.
+The promoter keeps each route target's ``serving``, ``reason`` and ``since`` in step
+with what the backend observes; ``ServingLoop`` follows ``plnt-routes``, and every status
+the watcher writes gets the condition merged in (``with_serving``). A change of the
+condition alone rewrites the run's status from its newest projection.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from plnt_common.logs import get_logger
+from plnt_common.routes import RouteEntry, RouteTarget
+from plnt_common.status import ConditionType, ServingReason
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What the route says about a run's runners."""
+
+    ok: bool
+    reason: str
+    message: str
+    since: datetime | None
+    """When it last changed; None: since the route was made (then Ready's time is used)."""
+
+
+def serving_of(entry: RouteEntry | None) -> Serving | None:
+    """The condition a route calls for; None while nothing takes traffic (no condition)."""
+    if entry is None or not entry.has_ready_target():
+        return None
+    routed = [("stable", entry.stable)] if entry.stable else []
+    if entry.canary is not None and entry.canary_weight > 0:
+        routed.append(("canary", entry.canary))
+    down = [(role, target) for role, target in routed if target is not None and not target.serving]
+    if down:
+        role, target = down[0]
+        detail = f": {target.message}" if target.message else ""
+        return Serving(
+            ok=False,
+            reason=target.reason or ServingReason.RUNNER_STARTING.value,
+            message=f"{role} {target.revision} is not serving{detail}",
+            since=target.since,
+        )
+    up = [target for _, target in routed if target is not None]
+    return Serving(
+        ok=True,
+        reason=ServingReason.RUNNER_READY.value,
+        message=", ".join(f"{t.revision} at {t.url}" for t in up),
+        since=_newest(up),
+    )
+
+
+def _newest(targets: list[RouteTarget]) -> datetime | None:
+    times = [t.since for t in targets if t.since is not None]
+    return max(times) if times else None
+
+
+def with_serving(status: dict[str, Any], serving: Serving | None) -> dict[str, Any]:
+    """``status`` (a status document) with its ``Serving`` condition set, or removed."""
+    conditions = [
+        c for c in status.get("conditions") or () if c.get("type") != ConditionType.SERVING.value
+    ]
+    if serving is not None:
+        since = serving.since.isoformat().replace("+00:00", "Z") if serving.since else None
+        ready = [c for c in conditions if c.get("type") == ConditionType.READY.value]
+        changed = since or (ready[0].get("lastTransitionTime") if ready else None)
+        if changed:
+            conditions.append(
+                {
+                    "type": ConditionType.SERVING.value,
+                    "status": "True" if serving.ok else "False",
+                    "reason": serving.reason,
+                    "message": serving.message,
+                    "lastTransitionTime": changed,
+                    "observedGeneration": status.get("observedGeneration", 0),
+                }
+            )
+    if not conditions and "conditions" not in status:
+        return status
+    return {**status, "conditions": conditions}
+
+
+RouteFeed = Callable[[], AsyncIterator[tuple[str, RouteEntry | None]]]
+Refresh = Callable[[str, str], Awaitable[None]]
+
+
+class ServingLoop:
+    """Follows the routes; ``lookup`` answers from memory, ``refresh`` rewrites a status."""
+
+    def __init__(self, *, feed: RouteFeed) -> None:
+        self._feed = feed
+        self._serving: dict[tuple[str, str], Serving] = {}
+
+    def lookup(self, namespace: str, name: str) -> Serving | None:
+        return self._serving.get((namespace, name))
+
+    async def run(self, stop: asyncio.Event, *, refresh: Refresh) -> None:
+        while not stop.is_set():
+            try:
+                async for key, entry in self._feed():
+                    namespace, _, name = key.partition(".")
+                    await self._changed((namespace, name), serving_of(entry), refresh)
+            except Exception as exc:  # a broken watch starts again from the current values
+                log.warning("serving.watch_restarted", error=repr(exc))
+                await asyncio.sleep(0.5)
+
+    async def _changed(
+        self, run: tuple[str, str], serving: Serving | None, refresh: Refresh
+    ) -> None:
+        if self._serving.get(run) == serving:
+            return
+        if serving is None:
+            self._serving.pop(run, None)
+        else:
+            self._serving[run] = serving
+        log.info(
+            "serving.changed",
+            namespace=run[0],
+            name=run[1],
+            serving=None if serving is None else serving.ok,
+            reason=serving.reason if serving else "",
+        )
+        try:
+            await refresh(*run)
+        except Exception as exc:  # the next event's status write carries it anyway
+            log.warning("serving.status_write_failed", error=repr(exc))
