@@ -59,6 +59,19 @@ TOOL_CONFIG_CHECKS: dict[str, Callable[[str, Mapping[str, Any]], None]] = {
 """What each tool needs in ``with``: checked at pull time, so a runner never starts on it."""
 
 
+TOOL_TEXT_FIELDS: dict[str, tuple[str, ...]] = {
+    "llm.generate": ("text",),
+    "rag.query": ("guidance",),
+    "llm.classify": ("sentiment", "topic"),
+    "policy.moderate": (),
+}
+"""Text fields of each built-in tool's output (``http.request`` returns whatever it is sent)."""
+REPLY_TOOL = "llm.generate"
+"""The tool that writes text for people: a workflow's default reply is its last such step."""
+STREAMED_FIELD = "text"
+"""The output field an LLM step's streamed tokens make up."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -112,16 +125,65 @@ class Requirements(_Frozen):
     memory_gib: int = Field(default=1, ge=1, le=2048, alias="memoryGiB")
 
 
+class Reply(_Frozen):
+    """Which step's output is the workflow's reply text, and which field of it."""
+
+    step: str = Field(description="Id of the step whose output holds the reply.")
+    field: str = Field(
+        default="text",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        description="Key of the reply text in that step's output.",
+    )
+
+
 class WorkflowSpec(_Frozen):
     description: str = Field(default="", max_length=4096)
     runtime: Runtime
     steps: tuple[Step, ...] = Field(min_length=1, max_length=MAX_STEPS)
     requirements: Requirements = Field(default_factory=Requirements)
+    reply: Reply | None = Field(
+        default=None,
+        description=(
+            "The step (and field) whose output is the reply OpenAI clients read; default: "
+            "the `text` of the last llm.generate step, else of the last step nothing depends on."
+        ),
+    )
 
     @model_validator(mode="after")
     def _steps_form_a_dag(self) -> "WorkflowSpec":
         topological_order(self.steps)
         return self
+
+    @model_validator(mode="after")
+    def _reply_names_a_text_field(self) -> "WorkflowSpec":
+        if self.reply is None:
+            return self
+        tools = {step.id: step.tool for step in self.steps}
+        tool = tools.get(self.reply.step)
+        if tool is None:
+            raise ValueError(
+                f"reply.step {self.reply.step!r} is not a step (steps: {', '.join(tools)})"
+            )
+        fields = TOOL_TEXT_FIELDS.get(tool)
+        if fields is not None and self.reply.field not in fields:
+            writes = f"writes text in: {', '.join(fields)}" if fields else "writes no text"
+            raise ValueError(
+                f"reply.field {self.reply.field!r}: step {self.reply.step!r} ({tool}) {writes}"
+            )
+        return self
+
+    def reply_source(self) -> Reply:
+        """The reply as declared, or the default: the ``text`` of the last ``llm.generate``
+        step in dependency order, else of the last step no other step depends on."""
+        if self.reply is not None:
+            return self.reply
+        by_id = {step.id: step for step in self.steps}
+        order = topological_order(self.steps)
+        writers = [step_id for step_id in order if by_id[step_id].tool == REPLY_TOOL]
+        if writers:
+            return Reply(step=writers[-1])
+        needed = {dep for step in self.steps for dep in step.deps}
+        return Reply(step=[step.id for step in self.steps if step.id not in needed][-1])
 
 
 class Workflow(_Frozen):
@@ -189,7 +251,18 @@ def describe_validation_error(exc: ValidationError) -> str:
     """One line per problem, ``field.path: message``, for users rather than developers."""
     parts = []
     for error in exc.errors():
-        location = ".".join(str(p) for p in error["loc"] if p not in ("function-after",))
+        location = _field_path(error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         parts.append(f"{location}: {message}" if location else message)
     return "; ".join(parts)
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """``spec.steps[2].id``: list positions in brackets, as users index their YAML."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part != "function-after":
+            path += f".{part}" if path else part
+    return path

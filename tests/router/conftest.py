@@ -17,11 +17,11 @@ import pytest
 from aiohttp import web
 
 from plnt_common.routes import RouteEntry, RouteTarget
-from plnt_router.app import create_app
+from plnt_router.app import app_runner, create_app
 from plnt_router.settings import RouterSettings
 from plnt_router.table import RouteTable
 
-StartApp = Callable[[web.Application], Awaitable[str]]
+StartApp = Callable[..., Awaitable[str]]
 
 
 @dataclass
@@ -56,11 +56,13 @@ def echo_runner_app(runner: FakeRunner, *, delay_s: float = 0.0) -> web.Applicat
 
 @pytest.fixture
 async def start_app() -> AsyncIterator[StartApp]:
-    """Serve aiohttp apps on 127.0.0.1 with a kernel-chosen port; returns the base URL."""
+    """Serve aiohttp apps on 127.0.0.1 with a kernel-chosen port; returns the base URL.
+
+    ``runner`` serves the app through a given ``web.AppRunner`` (the router's own)."""
     runners: list[web.AppRunner] = []
 
-    async def start(app: web.Application) -> str:
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    async def start(app: web.Application, *, runner: web.AppRunner | None = None) -> str:
+        runner = runner or web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         runners.append(runner)
@@ -93,11 +95,13 @@ def table() -> RouteTable:
 
 @pytest.fixture
 def start_router(start_app: StartApp, table: RouteTable) -> Callable[..., Awaitable[str]]:
-    """Start the real router app over ``table``; keyword arguments override settings."""
+    """Start the real router app, served as ``serve`` does, over ``table``; keyword
+    arguments override settings."""
 
     async def start(**overrides: Any) -> str:
-        settings = RouterSettings(**{"port": 0, **overrides})
-        return await start_app(create_app(settings=settings, table=table))
+        settings = RouterSettings(**{"port": 0, "shutdown_grace_s": 1.0, **overrides})
+        app = create_app(settings=settings, table=table)
+        return await start_app(app, runner=app_runner(app, settings=settings))
 
     return start
 

@@ -7,7 +7,7 @@ import pytest
 
 from plnt_router.openai_compat import (
     ChatRequestInvalid,
-    completion_chunks,
+    ChunkMaker,
     model_id,
     reply_text,
     split_model,
@@ -51,7 +51,7 @@ from plnt_router.openai_compat import (
     ],
 )
 def test_workflow_input_from_the_last_user_message(messages: Any, expected: dict[str, Any]) -> None:
-    assert workflow_input(messages) == expected
+    assert workflow_input(messages, max_depth=64) == expected
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_workflow_input_from_the_last_user_message(messages: Any, expected: dict
 )
 def test_workflow_input_rejects_unusable_messages(messages: Any) -> None:
     with pytest.raises(ChatRequestInvalid):
-        workflow_input(messages)
+        workflow_input(messages, max_depth=64)
 
 
 @pytest.mark.parametrize(
@@ -84,10 +84,30 @@ def test_model_ids_round_trip_through_split_model() -> None:
     assert split_model("team-a/echo") == ("team-a", "echo")
 
 
-def test_completion_chunks_carry_the_content_once_and_end_with_stop() -> None:
-    chunks = completion_chunks(completion_id="c1", created=1, model="echo", content="hey")
+def test_chunk_maker_streams_role_content_stop_and_the_usage_chunk_last() -> None:
+    maker = ChunkMaker(completion_id="c1", created=1, model="echo")
+    chunks = [maker.role(), maker.content("he"), maker.content("y"), maker.stop()]
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert {c["id"] for c in chunks} == {"c1"}
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "hey"
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert maker.usage(usage) == {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "echo",
+        "choices": [],
+        "usage": usage,
+    }
     json.dumps(chunks)  # serialisable as SSE data
+
+
+def test_a_user_message_of_too_deeply_nested_json_is_plain_text_input() -> None:
+    deep = "[" * 100 + "]" * 100
+    messages = [{"role": "user", "content": deep}]
+    assert workflow_input(messages, max_depth=64) == {"input": deep}
+    ok = '{"a": [[1]]}'
+    assert workflow_input([{"role": "user", "content": ok}], max_depth=3) == {"a": [[1]]}
+    assert workflow_input([{"role": "user", "content": ok}], max_depth=2) == {"input": ok}

@@ -50,6 +50,8 @@ async def test_invoke_answers_the_documented_json_shape(example_file: Path) -> N
         "revision",
         "provider",
         "duration_ms",
+        "reply",
+        "usage",
         "output",
         "steps",
     }
@@ -61,6 +63,9 @@ async def test_invoke_answers_the_documented_json_shape(example_file: Path) -> N
     assert body["provider"] == "offline"
     assert set(body["output"]) == {"safety_check", "reply"}
     assert body["output"]["reply"].startswith("[offline] Thank you")
+    assert (
+        body["reply"] == body["output"]["reply"] == body["steps"]["draft_reply"]["output"]["text"]
+    )
     assert list(body["steps"]) == [
         "classify_intent",
         "retrieve_brand_voice",
@@ -68,8 +73,11 @@ async def test_invoke_answers_the_documented_json_shape(example_file: Path) -> N
         "safety_check",
     ]
     for step in body["steps"].values():
-        assert set(step) == {"output", "duration_ms", "cached"}
+        assert set(step) == {"output", "duration_ms", "cached", "usage"}
         assert step["cached"] is False
+        assert step["usage"]["prompt_tokens"] > 0 and step["usage"]["completion_tokens"] > 0
+    for field in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert body["usage"][field] == sum(s["usage"][field] for s in body["steps"].values())
     assert body["duration_ms"] >= max(s["duration_ms"] for s in body["steps"].values())
 
 
@@ -81,6 +89,8 @@ async def test_a_repeated_invocation_is_served_from_the_step_cache(example_file:
         async with http.get(f"{base}/healthz") as response:
             health = await response.json()
     assert all(step["cached"] for step in body["steps"].values())
+    # Served from the cache, the steps spent no tokens this time.
+    assert body["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     assert health["cache"]["hits"] == 4
     assert health["cache"]["hit_rate"] == 0.5
 
@@ -106,6 +116,7 @@ async def test_sse_streams_step_token_and_result_events(example_file: Path) -> N
     tokens = [d for n, d in events if n == "token"]
     assert len(tokens) > 3
     assert {t["step"] for t in tokens} == {"draft_reply"}
+    assert all(t["reply"] is True for t in tokens)  # draft_reply is the default reply step
     result = events[-1][1]
     assert "".join(t["delta"] for t in tokens).strip() == result["output"]["reply"]
     # Tokens of the draft arrive before the draft's own step event.

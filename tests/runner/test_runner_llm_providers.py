@@ -16,6 +16,7 @@ from plnt_runner.errors import LLMUnavailable
 from plnt_runner.offline import OfflineProvider
 from plnt_runner.ports import LLMProvider
 from plnt_runner.prompts import Task, build_messages
+from plnt_runner.usage import TokenUsage
 
 MESSAGES = build_messages(
     task=Task.DRAFT, payload={"message": "Lovely coffee but a long wait", "brand_voice": "warm"}
@@ -41,21 +42,20 @@ async def provider(
 
 class TestLLMProviderContract:
     async def test_complete_returns_non_empty_text(self, provider: LLMProvider) -> None:
-        text = await provider.complete(messages=MESSAGES)
+        text = await provider.complete(messages=MESSAGES, usage=TokenUsage())
         assert isinstance(text, str)
         assert text.strip()
 
     async def test_stream_yields_several_deltas_that_join_into_the_complete_reply(
         self, provider: LLMProvider
     ) -> None:
-        deltas = [d async for d in provider.stream(messages=MESSAGES)]
+        deltas = [d async for d in provider.stream(messages=MESSAGES, usage=TokenUsage())]
         assert len(deltas) > 1
-        assert "".join(deltas) == await provider.complete(messages=MESSAGES)
+        assert "".join(deltas) == await provider.complete(messages=MESSAGES, usage=TokenUsage())
 
     async def test_the_same_prompt_gets_the_same_answer(self, provider: LLMProvider) -> None:
-        assert await provider.complete(messages=MESSAGES) == await provider.complete(
-            messages=MESSAGES
-        )
+        first = await provider.complete(messages=MESSAGES, usage=TokenUsage())
+        assert first == await provider.complete(messages=MESSAGES, usage=TokenUsage())
 
     def test_name_is_a_short_label(self, provider: LLMProvider) -> None:
         assert provider.name in ("offline", "openai")
@@ -66,7 +66,7 @@ async def test_openai_adapter_sends_model_and_messages_and_returns_the_content(
 ) -> None:
     async with FakeLLM(reply="Thanks!") as llm:
         provider = OpenAIChatProvider(session=session, base_url=llm.base_url + "/", model="gpt-x")
-        assert await provider.complete(messages=MESSAGES) == "Thanks!"
+        assert await provider.complete(messages=MESSAGES, usage=TokenUsage()) == "Thanks!"
         assert llm.request_count == 1
         sent = llm.received[-1]
         assert sent.body == {"model": "gpt-x", "messages": MESSAGES}
@@ -76,7 +76,7 @@ async def test_openai_adapter_sends_model_and_messages_and_returns_the_content(
 async def test_openai_adapter_streams_with_stream_true(session: aiohttp.ClientSession) -> None:
     async with FakeLLM(reply="one two three four") as llm:
         provider = OpenAIChatProvider(session=session, base_url=llm.base_url, model="m")
-        deltas = [d async for d in provider.stream(messages=MESSAGES)]
+        deltas = [d async for d in provider.stream(messages=MESSAGES, usage=TokenUsage())]
         assert deltas == ["one ", "two ", "three ", "four"]
         assert llm.received[-1].body["stream"] is True
 
@@ -88,16 +88,16 @@ async def test_openai_adapter_sends_the_api_key_as_a_bearer_token(
         good = OpenAIChatProvider(
             session=session, base_url=llm.base_url, model="m", api_key="sk-right"
         )
-        assert await good.complete(messages=MESSAGES) == "ok"
+        assert await good.complete(messages=MESSAGES, usage=TokenUsage()) == "ok"
         assert llm.received[-1].authorization == "Bearer sk-right"
 
         bad = OpenAIChatProvider(
             session=session, base_url=llm.base_url, model="m", api_key="sk-wrong"
         )
         with pytest.raises(LLMUnavailable, match=r"answered 401 Unauthorized: .*Incorrect API key"):
-            await bad.complete(messages=MESSAGES)
+            await bad.complete(messages=MESSAGES, usage=TokenUsage())
         with pytest.raises(LLMUnavailable, match="answered 401"):
-            [d async for d in bad.stream(messages=MESSAGES)]
+            [d async for d in bad.stream(messages=MESSAGES, usage=TokenUsage())]
 
 
 async def test_openai_adapter_turns_a_500_into_an_error_naming_url_and_status(
@@ -107,12 +107,12 @@ async def test_openai_adapter_turns_a_500_into_an_error_naming_url_and_status(
         provider = OpenAIChatProvider(session=session, base_url=llm.base_url, model="m")
         url = f"{llm.base_url}/chat/completions"
         with pytest.raises(LLMUnavailable) as caught:
-            await provider.complete(messages=MESSAGES)
+            await provider.complete(messages=MESSAGES, usage=TokenUsage())
         assert str(caught.value).startswith(
             f"LLM endpoint {url} answered 500 Internal Server Error"
         )
         with pytest.raises(LLMUnavailable, match=f"{url} answered 500"):
-            [d async for d in provider.stream(messages=MESSAGES)]
+            [d async for d in provider.stream(messages=MESSAGES, usage=TokenUsage())]
 
 
 async def test_openai_adapter_reports_an_unreachable_endpoint(
@@ -121,7 +121,7 @@ async def test_openai_adapter_reports_an_unreachable_endpoint(
     base_url = f"http://127.0.0.1:{free_port()}/v1"
     provider = OpenAIChatProvider(session=session, base_url=base_url, model="m")
     with pytest.raises(LLMUnavailable, match=f"LLM endpoint {base_url}/chat/completions failed"):
-        await provider.complete(messages=MESSAGES)
+        await provider.complete(messages=MESSAGES, usage=TokenUsage())
 
 
 async def test_openai_adapter_times_out(session: aiohttp.ClientSession) -> None:
@@ -130,7 +130,7 @@ async def test_openai_adapter_times_out(session: aiohttp.ClientSession) -> None:
             session=session, base_url=llm.base_url, model="m", timeout_s=0.1
         )
         with pytest.raises(LLMUnavailable, match="failed: timed out"):
-            await provider.complete(messages=MESSAGES)
+            await provider.complete(messages=MESSAGES, usage=TokenUsage())
 
 
 async def _collect(stream: AsyncIterator[str], *, into: list[str]) -> None:
@@ -155,7 +155,7 @@ async def test_openai_adapter_refuses_a_body_without_choices(
             session=session, base_url=str(server.make_url("/v1")), model="m"
         )
         with pytest.raises(LLMUnavailable, match=r"without choices\[0\].message.content"):
-            await provider.complete(messages=MESSAGES)
+            await provider.complete(messages=MESSAGES, usage=TokenUsage())
 
 
 async def test_openai_adapter_refuses_a_stream_cut_before_done(
@@ -174,7 +174,7 @@ async def test_openai_adapter_refuses_a_stream_cut_before_done(
         )
         deltas: list[str] = []
         with pytest.raises(LLMUnavailable, match=r"ended before \[DONE\]"):
-            await _collect(provider.stream(messages=MESSAGES), into=deltas)
+            await _collect(provider.stream(messages=MESSAGES, usage=TokenUsage()), into=deltas)
         assert deltas == ["half"]
 
 

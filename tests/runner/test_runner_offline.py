@@ -34,6 +34,7 @@ async def run_example(body: dict[str, Any]) -> dict[str, Any]:
     return invocation_body(
         invocation=invocation,
         sinks=executor.sinks,
+        reply=executor.reply,
         workflow=workflow.metadata.name,
         version=workflow.metadata.version,
         revision="r1",

@@ -11,6 +11,7 @@ from plnt_runner.errors import ToolFailed
 from plnt_runner.ports import Message
 from plnt_runner.prompts import Task, read_messages
 from plnt_runner.tools import ToolContext, build_tools
+from plnt_runner.usage import TokenUsage
 
 
 class ScriptedLLM:
@@ -24,11 +25,11 @@ class ScriptedLLM:
     def name(self) -> str:
         return "scripted"
 
-    async def complete(self, *, messages: Sequence[Message]) -> str:
+    async def complete(self, *, messages: Sequence[Message], usage: TokenUsage) -> str:
         self.asked.append(read_messages(messages))
         return self.reply
 
-    async def stream(self, *, messages: Sequence[Message]) -> AsyncIterator[str]:
+    async def stream(self, *, messages: Sequence[Message], usage: TokenUsage) -> AsyncIterator[str]:
         self.asked.append(read_messages(messages))
         for word in self.reply.split(" "):
             yield word + " "

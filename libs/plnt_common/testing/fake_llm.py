@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible LLM server: a real aiohttp server on a free loopback port.
 
 It implements what plnt depends on from the chat completions API: ``POST
-/v1/chat/completions`` (plain, and streamed as ``text/event-stream`` chunks ending in
+/v1/chat/completions`` (plain, and streamed as ``text/event-stream`` chunks, one per word,
+with the usage chunk when ``stream_options.include_usage`` asks for it, ending in
 ``data: [DONE]``) and ``GET /v1/models``, with bearer auth, a fixed latency, a failure mode
 and a request counter. It is for tests and demos; it understands no prompt and generates
 nothing: the reply is a fixed text, or whatever ``reply`` computes from the messages.
@@ -134,10 +135,11 @@ class FakeLLM:
             return _error(400, "invalid_request_error", "messages must be a non-empty list")
         text = self.reply if isinstance(self.reply, str) else self.reply(messages)
         model = str(body.get("model", self.models[0]))
+        usage = _usage(messages, text)
         if body.get("stream"):
-            return await self._stream(request, model, text)
-        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
-        completion_tokens = len(text.split())
+            options = body.get("stream_options")
+            with_usage = isinstance(options, dict) and options.get("include_usage") is True
+            return await self._stream(request, model, text, usage if with_usage else None)
         return web.json_response(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -151,15 +153,15 @@ class FakeLLM:
                         "finish_reason": "stop",
                     }
                 ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
+                "usage": usage,
             }
         )
 
-    async def _stream(self, request: web.Request, model: str, text: str) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, model: str, text: str, usage: dict[str, int] | None
+    ) -> web.StreamResponse:
+        """Chunks as OpenAI sends them: role, one per word, finish, then (when the client
+        asked for ``stream_options.include_usage``) a usage chunk with no choices."""
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
@@ -167,15 +169,19 @@ class FakeLLM:
         chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
 
-        def chunk(delta: dict[str, str], finish_reason: str | None) -> bytes:
+        def frame(choices: list[dict[str, Any]], **extra: Any) -> bytes:
             data = {
                 "id": chunk_id,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+                "choices": choices,
+                **extra,
             }
             return f"data: {json.dumps(data)}\n\n".encode()
+
+        def chunk(delta: dict[str, str], finish_reason: str | None) -> bytes:
+            return frame([{"index": 0, "delta": delta, "finish_reason": finish_reason}])
 
         await response.write(chunk({"role": "assistant", "content": ""}, None))
         for piece in _CHUNK.findall(text):
@@ -183,9 +189,22 @@ class FakeLLM:
                 await asyncio.sleep(self.chunk_delay_s)
             await response.write(chunk({"content": piece}, None))
         await response.write(chunk({}, "stop"))
+        if usage is not None:
+            await response.write(frame([], usage=usage))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _usage(messages: Sequence[dict[str, Any]], text: str) -> dict[str, int]:
+    """OpenAI's ``usage`` for a reply, one token per word (the fake has no tokenizer)."""
+    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+    completion_tokens = len(text.split())
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def _error(status: int, kind: str, message: str) -> web.Response:

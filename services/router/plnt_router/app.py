@@ -24,6 +24,7 @@ from plnt_router.limiter import InFlightLimiter
 from plnt_router.metrics import InvocationMetrics, set_queue_depth
 from plnt_router.pipeline import CallPipeline
 from plnt_router.responses import json_http_errors
+from plnt_router.server import GuardedAppRunner
 from plnt_router.settings import RouterSettings
 from plnt_router.table import RouteTable
 
@@ -53,7 +54,7 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
         metrics=InvocationMetrics(),
     )
     handlers = Handlers(pipeline=pipeline, table=table)
-    chat = ChatHandlers(pipeline=pipeline, table=table)
+    chat = ChatHandlers(pipeline=pipeline, table=table, max_json_depth=settings.max_json_depth)
 
     async def runner_pool(_: web.Application) -> AsyncIterator[None]:
         await runners.start()
@@ -70,6 +71,20 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
     app.router.add_get("/readyz", handlers.readyz)
     app.router.add_get("/metrics", handlers.metrics)
     return app
+
+
+def app_runner(app: web.Application, *, settings: RouterSettings) -> web.AppRunner:
+    """The runner serving ``app`` with the router's connection rules (see ``server``)."""
+    return GuardedAppRunner(
+        app,
+        header_timeout_s=settings.header_timeout_s,
+        keepalive_timeout=settings.keepalive_timeout_s,
+        # A call whose client left is cancelled: its slot and runner connection free up.
+        handler_cancellation=True,
+        # Per-request access logging costs more than the proxying itself; metrics cover it.
+        access_log=None,
+        shutdown_timeout=settings.shutdown_grace_s,
+    )
 
 
 async def _watch_routes(*, settings: RouterSettings, table: RouteTable) -> None:
@@ -103,12 +118,7 @@ async def serve(*, settings: RouterSettings, stop: asyncio.Event | None = None) 
     """
     stop = stop or asyncio.Event()
     table = RouteTable()
-    runner = web.AppRunner(
-        create_app(settings=settings, table=table),
-        # Per-request access logging costs more than the proxying itself; metrics cover it.
-        access_log=None,
-        shutdown_timeout=settings.shutdown_grace_s,
-    )
+    runner = app_runner(create_app(settings=settings, table=table), settings=settings)
     await runner.setup()
     freeze_startup_objects()
     site = web.TCPSite(runner, settings.host, settings.port)

@@ -2,29 +2,34 @@
 
 A chat completion is one workflow call: the model names the workflow (``name`` in the
 default namespace, or ``namespace/name``), the last user message is the input, and the
-runner's answer becomes the assistant message, whole or as ``chat.completion.chunk``
-events. The runner is always called for JSON; streaming here is the OpenAI framing of the
-finished answer, not token streaming. Reshaping lives in ``openai_compat``.
+workflow's reply text (the runner's ``reply``) becomes the assistant message, with the
+tokens its steps spent as ``usage``. With ``stream: true`` the runner is called for SSE and
+its reply tokens are relayed as ``chat.completion.chunk`` events the moment they arrive,
+ending in ``data: [DONE]``. Reshaping lives in ``openai_compat``.
 """
 
 import json
 import time
 import uuid
+from typing import Any
 
 from aiohttp import hdrs, web
 
+from plnt_router.adapters.upstream import UpstreamReply
+from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
 from plnt_router.logic import DEFAULT_NAMESPACE
 from plnt_router.openai_compat import (
     ChatRequestInvalid,
+    ChunkMaker,
     completion,
-    completion_chunks,
     model_id,
     model_list,
     reply_text,
+    run_usage,
     split_model,
     workflow_input,
 )
-from plnt_router.pipeline import Call, CallPipeline
+from plnt_router.pipeline import CLIENT_CLOSED, Call, CallPipeline
 from plnt_router.responses import (
     REVISION_HEADER,
     SSE_CONTENT_TYPE,
@@ -32,20 +37,24 @@ from plnt_router.responses import (
     reject,
     sse_event,
 )
+from plnt_router.sse import SseDecoder
 from plnt_router.table import RouteTable
+
+DONE = sse_event("[DONE]")
 
 
 class ChatHandlers:
     """Chat completions and the model list over one call pipeline and route table."""
 
-    def __init__(self, *, pipeline: CallPipeline, table: RouteTable) -> None:
+    def __init__(self, *, pipeline: CallPipeline, table: RouteTable, max_json_depth: int) -> None:
         self._pipeline = pipeline
         self._table = table
+        self._max_depth = max_json_depth
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/chat/completions``: the model names the workflow."""
         call = Call(namespace=DEFAULT_NAMESPACE, name="")
-        return await self._pipeline.measured(call, self._chat(request, call))
+        return await self._pipeline.measured(request, call, self._chat(request, call))
 
     async def models(self, request: web.Request) -> web.Response:
         """``GET /v1/models``: workflows with a ready route the caller may call."""
@@ -65,15 +74,25 @@ class ChatHandlers:
             raise reject(422, "invalid_request", "'model' must be the name of a workflow")
         call.namespace, call.name = split_model(model)
         try:
-            body = json.dumps(workflow_input(doc.get("messages"))).encode()
+            body = json.dumps(
+                workflow_input(doc.get("messages"), max_depth=self._max_depth)
+            ).encode()
         except ChatRequestInvalid as exc:
             raise reject(422, "invalid_request", str(exc)) from None
+        stream = doc.get("stream") is True
+        options = doc.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
         steps.check_key(request, call.namespace)
         steps.route(call)
-        headers = steps.upstream_headers(request, stream=False)
+        headers = steps.upstream_headers(request, stream=stream)
+        chunks = ChunkMaker(
+            completion_id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=model
+        )
         async with steps.slot():
-            reply = await steps.open(call, body=body, headers=headers, stream=False)
+            reply = await steps.open(call, body=body, headers=headers, stream=stream)
             try:
+                if stream and reply.is_event_stream and 200 <= reply.status < 300:
+                    return await self._relay(request, call, reply, chunks, with_usage=with_usage)
                 raw = await steps.read_reply(call, reply)
             finally:
                 reply.close()
@@ -95,40 +114,137 @@ class ChatHandlers:
                 "that is not JSON",
                 headers=revision,
             ) from None
-        completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        content = reply_text(result)
-        if doc.get("stream") is True:
-            chunks = completion_chunks(
-                completion_id=completion_id, created=created, model=model, content=content
-            )
-            events = [sse_event(json.dumps(chunk)) for chunk in chunks]
-            events.append(sse_event("[DONE]"))
-            return await self._send_events(request, call, events, headers=revision)
+        if stream:  # a runner that answered a stream request with JSON: one content chunk
+            events = [chunks.role(), chunks.content(reply_text(result)), chunks.stop()]
+            usage = run_usage(result)
+            if with_usage and usage is not None:
+                events.append(chunks.usage(usage))
+            response = await _open_stream(request, call)
+            await _write_all(response, call, [sse_event(json.dumps(e)) for e in events] + [DONE])
+            return response
         answer = completion(
-            completion_id=completion_id,
-            created=created,
+            completion_id=chunks.completion_id,
+            created=chunks.created,
             model=model,
-            content=content,
-            usage=result.get("usage") if isinstance(result, dict) else None,
+            content=reply_text(result),
+            usage=run_usage(result),
         )
         return json_response(answer, headers=revision)
 
-    @staticmethod
-    async def _send_events(
-        request: web.Request, call: Call, events: list[bytes], *, headers: dict[str, str]
+    async def _relay(
+        self,
+        request: web.Request,
+        call: Call,
+        reply: UpstreamReply,
+        chunks: ChunkMaker,
+        *,
+        with_usage: bool,
     ) -> web.StreamResponse:
-        response = web.StreamResponse(
-            headers={
-                hdrs.CONTENT_TYPE: SSE_CONTENT_TYPE,
-                hdrs.CACHE_CONTROL: "no-cache",
-                **headers,
-            }
-        )
-        await response.prepare(request)
+        """Turn the runner's SSE into chat chunks: each reply token as it arrives, then stop."""
+        response = await _open_stream(request, call)
+        relay = _ChatRelay(chunks, with_usage=with_usage)
         try:
-            for event in events:
-                await response.write(event)
+            await response.write(sse_event(json.dumps(chunks.role())))
+            decoder = SseDecoder()
+            tail = b""
+            try:
+                async for piece in reply.chunks():
+                    out = b"".join(relay.on_event(e, d) for e, d in decoder.feed(piece))
+                    if out:
+                        await response.write(out)
+            except (UpstreamTimeout, UpstreamUnavailable) as exc:
+                failure = self._pipeline.upstream_failure(call, exc).response
+                tail = relay.fail(failure.status, str(exc))
+            await response.write(tail + relay.ending() + DONE)
+            if relay.status is not None:
+                call.status = relay.status
             await response.write_eof()
         except ConnectionResetError:
-            call.status = 499  # the client went away; nginx's code for it
+            call.status = CLIENT_CLOSED
         return response
+
+
+class _ChatRelay:
+    """What each runner event becomes on the chat stream; remembers how the run ended."""
+
+    def __init__(self, chunks: ChunkMaker, *, with_usage: bool) -> None:
+        self._chunks = chunks
+        self._with_usage = with_usage
+        self._streamed = False
+        self._ended = False
+        self.status: int | None = None
+        """Set when the run failed after the 200 went out: the status the metrics record."""
+
+    def on_event(self, event: str, data: str) -> bytes:
+        if self._ended:
+            return b""
+        if event == "token":
+            token = _json_object(data)
+            delta = token.get("delta")
+            if token.get("reply") is True and isinstance(delta, str) and delta:
+                self._streamed = True
+                return self._chunk(self._chunks.content(delta))
+        elif event == "result":
+            self._ended = True
+            result = _json_object(data)
+            out = b"" if self._streamed else self._chunk(self._chunks.content(reply_text(result)))
+            out += self._chunk(self._chunks.stop())
+            usage = run_usage(result)
+            if self._with_usage and usage is not None:
+                out += self._chunk(self._chunks.usage(usage))
+            return out
+        elif event == "error":
+            failure = _json_object(data)
+            status = failure.get("status")
+            return self.fail(status if isinstance(status, int) else 500, str(failure.get("error")))
+        return b""
+
+    def fail(self, status: int, message: str) -> bytes:
+        """The in-band error OpenAI clients raise on (the status line is long gone)."""
+        self._ended = True
+        self.status = status
+        return self._error(message)
+
+    def ending(self) -> bytes:
+        """What still has to be said once the runner's stream is over: an error if it
+        ended without a result."""
+        if self._ended:
+            return b""
+        return self.fail(502, "the runner's stream ended without a result")
+
+    @staticmethod
+    def _error(message: str) -> bytes:
+        return sse_event(json.dumps({"error": {"code": "workflow_failed", "message": message}}))
+
+    @staticmethod
+    def _chunk(chunk: dict[str, Any]) -> bytes:
+        return sse_event(json.dumps(chunk))
+
+
+def _json_object(data: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+async def _open_stream(request: web.Request, call: Call) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={
+            hdrs.CONTENT_TYPE: SSE_CONTENT_TYPE,
+            hdrs.CACHE_CONTROL: "no-cache",
+            REVISION_HEADER: call.revision,
+        }
+    )
+    await response.prepare(request)
+    return response
+
+
+async def _write_all(response: web.StreamResponse, call: Call, events: list[bytes]) -> None:
+    try:
+        for event in events:
+            await response.write(event)
+        await response.write_eof()
+    except ConnectionResetError:
+        call.status = CLIENT_CLOSED

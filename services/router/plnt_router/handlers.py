@@ -27,7 +27,7 @@ class Handlers:
             namespace=request.match_info.get("ns", DEFAULT_NAMESPACE),
             name=request.match_info["name"],
         )
-        return await self._pipeline.measured(call, self._invoke(request, call))
+        return await self._pipeline.measured(request, call, self._invoke(request, call))
 
     async def healthz(self, request: web.Request) -> web.Response:
         """200 whenever the process serves HTTP."""

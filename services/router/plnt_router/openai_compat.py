@@ -9,6 +9,7 @@ nothing of HTTP, routing or streaming transport.
 import json
 from typing import Any
 
+from plnt_router.json_body import JsonRejected, load_limited
 from plnt_router.logic import DEFAULT_NAMESPACE
 
 
@@ -42,12 +43,13 @@ def _text_of(content: Any) -> str:
     raise ChatRequestInvalid("message content must be a string or a list of content parts")
 
 
-def workflow_input(messages: Any) -> dict[str, Any]:
+def workflow_input(messages: Any, *, max_depth: int) -> dict[str, Any]:
     """The workflow input for a chat: the last user message, as an object.
 
-    A message whose text is a JSON object is used as that object (clients can send the
-    exact workflow input); any other text becomes ``{"input": text}``. Raises
-    ``ChatRequestInvalid`` when ``messages`` is not a list or holds no user message.
+    A message whose text is a JSON object (nested at most ``max_depth`` deep) is used as
+    that object (clients can send the exact workflow input); any other text becomes
+    ``{"input": text}``. Raises ``ChatRequestInvalid`` when ``messages`` is not a list or
+    holds no user message.
     """
     if not isinstance(messages, list):
         raise ChatRequestInvalid("'messages' must be a list of chat messages")
@@ -55,15 +57,16 @@ def workflow_input(messages: Any) -> dict[str, Any]:
         if isinstance(message, dict) and message.get("role") == "user":
             text = _text_of(message.get("content"))
             try:
-                parsed = json.loads(text)
-            except ValueError:
+                parsed = load_limited(text, max_depth=max_depth)
+            except JsonRejected:
                 return {"input": text}
             return parsed if isinstance(parsed, dict) else {"input": text}
     raise ChatRequestInvalid("'messages' holds no message with role 'user'")
 
 
 def reply_text(result: Any) -> str:
-    """The assistant message for a runner result: its ``reply`` text, else its ``output`` as JSON.
+    """The assistant message for a runner result: its ``reply`` text (the text the workflow
+    declares as its reply), else its ``output`` as JSON.
 
     A result with neither is returned whole as JSON, so the client still sees the answer.
     """
@@ -78,7 +81,12 @@ def reply_text(result: Any) -> str:
 
 
 def completion(
-    *, completion_id: str, created: int, model: str, content: str, usage: Any = None
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    content: str,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ``chat.completion`` object with one assistant choice; ``usage`` only when known."""
     body: dict[str, Any] = {
@@ -94,33 +102,52 @@ def completion(
             }
         ],
     }
-    if isinstance(usage, dict):
+    if usage is not None:
         body["usage"] = usage
     return body
 
 
-def completion_chunks(
-    *, completion_id: str, created: int, model: str, content: str
-) -> list[dict[str, Any]]:
-    """The ``chat.completion.chunk`` sequence for ``content``: role, content, stop.
+class ChunkMaker:
+    """The ``chat.completion.chunk`` objects of one streamed completion (same id throughout).
 
-    The SSE framing and the final ``data: [DONE]`` are the transport's job.
+    A stream is ``role()``, any number of ``content(delta)``, ``stop()``, then ``usage(...)``
+    when the client asked for it; the SSE framing and ``data: [DONE]`` are the transport's.
     """
 
-    def chunk(delta: dict[str, str], finish_reason: str | None) -> dict[str, Any]:
-        return {
+    def __init__(self, *, completion_id: str, created: int, model: str) -> None:
+        self.completion_id = completion_id
+        self.created = created
+        self._head = {
             "id": completion_id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": model,
+        }
+
+    def _choice(self, delta: dict[str, str], finish_reason: str | None) -> dict[str, Any]:
+        return {
+            **self._head,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
         }
 
-    return [
-        chunk({"role": "assistant", "content": ""}, None),
-        chunk({"content": content}, None),
-        chunk({}, "stop"),
-    ]
+    def role(self) -> dict[str, Any]:
+        return self._choice({"role": "assistant", "content": ""}, None)
+
+    def content(self, delta: str) -> dict[str, Any]:
+        return self._choice({"content": delta}, None)
+
+    def stop(self) -> dict[str, Any]:
+        return self._choice({}, "stop")
+
+    def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
+        """The last chunk of ``stream_options.include_usage``: no choices, the usage."""
+        return {**self._head, "choices": [], "usage": usage}
+
+
+def run_usage(result: Any) -> dict[str, Any] | None:
+    """A runner result's ``usage`` object, or None when it has none."""
+    usage = result.get("usage") if isinstance(result, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 def model_list(model_ids: list[str]) -> dict[str, Any]:

@@ -9,8 +9,8 @@ Which revision serves a call is ``logic``'s decision; talking to runners is
 ``adapters.upstream``'s job; the endpoints themselves live in ``handlers`` and ``chat``.
 """
 
+import asyncio
 import hmac
-import json
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -22,6 +22,7 @@ from plnt_common.logs import get_logger
 from plnt_common.routes import RouteTarget, route_key
 from plnt_router.adapters.upstream import RunnerClient, UpstreamReply
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
+from plnt_router.json_body import JsonRejected, load_object
 from plnt_router.limiter import InFlightLimiter, QueueFull
 from plnt_router.logic import fallback_target
 from plnt_router.metrics import InvocationMetrics
@@ -29,6 +30,7 @@ from plnt_router.responses import (
     REVISION_HEADER,
     SSE_CONTENT_TYPE,
     Rejection,
+    answer_and_close,
     json_error,
     reject,
     sse_error,
@@ -42,14 +44,8 @@ INVOKE_PATH = "/invoke"
 # Correlation headers worth carrying to the runner; everything else (notably the router's
 # Authorization) stays at the router.
 FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
-JSON_TYPE_NAMES: dict[type, str] = {
-    list: "an array",
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "a boolean",
-    type(None): "null",
-}
+CLIENT_CLOSED = 499
+"""Status recorded for a call whose client went away before its answer (nginx's code)."""
 
 
 @dataclass(slots=True)
@@ -105,6 +101,8 @@ class CallPipeline:
         self._limiter = limiter
         self._metrics = metrics
         self._max_body = settings.max_body_bytes
+        self._max_depth = settings.max_json_depth
+        self._body_timeout_s = settings.body_timeout_s
         self._timeout_s = settings.upstream_timeout_s
         self._retry_after: dict[str, str] = {hdrs.RETRY_AFTER: str(settings.retry_after_s)}
         self._api_keys = {
@@ -112,8 +110,14 @@ class CallPipeline:
             for namespace, key in (settings.api_keys or {}).items()
         }
 
-    async def measured(self, call: Call, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
-        """Await ``work``, turn a ``Rejection`` into its response, record the metrics."""
+    async def measured(
+        self, request: web.Request, call: Call, work: Awaitable[web.StreamResponse]
+    ) -> web.StreamResponse:
+        """Await ``work``, turn a ``Rejection`` into its response, record the metrics.
+
+        A client that went away is neither an error nor a 500: its call is cancelled,
+        recorded as 499 and logged at debug.
+        """
         started = time.perf_counter()
         status = 500
         try:
@@ -122,7 +126,16 @@ class CallPipeline:
             return response
         except Rejection as rejection:
             status = rejection.response.status
+            if rejection.close:
+                return await answer_and_close(request, rejection.response)
             return rejection.response
+        except asyncio.CancelledError:
+            # aiohttp cancels a handler whose client left (handler_cancellation): that
+            # releases the slot and the runner connection at once. Otherwise the router
+            # is stopping and its grace ran out.
+            status = CLIENT_CLOSED if request.transport is None else 503
+            log.debug("router.call_cancelled", status=status, workflow=call.workflow)
+            raise
         except Exception:
             # A bug, not a runner failure: the client still gets the JSON error shape.
             log.exception("router.internal_error", workflow=call.workflow, revision=call.revision)
@@ -179,17 +192,27 @@ class CallPipeline:
         if length is not None and length > self._max_body:
             raise self._too_large()
         try:
-            raw = await request.read()
+            if request.content.is_eof():  # the usual case: the body came with the headers
+                raw = await request.read()
+            else:
+                async with asyncio.timeout(self._body_timeout_s):
+                    raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             # A chunked body with no Content-Length only shows its size while being read.
             raise self._too_large() from None
+        except TimeoutError:
+            raise reject(
+                408,
+                "body_timeout",
+                f"request body not received within {self._body_timeout_s:g}s",
+                close=True,
+            ) from None
+        except web.RequestPayloadError as exc:  # e.g. broken chunked framing
+            raise reject(400, "bad_body", f"request body is malformed: {exc}", close=True) from None
         try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise reject(422, "invalid_json", f"request body is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            kind = JSON_TYPE_NAMES.get(type(doc), type(doc).__name__)
-            raise reject(422, "invalid_json", f"request body must be a JSON object, not {kind}")
+            doc = load_object(raw, max_depth=self._max_depth)
+        except JsonRejected as exc:
+            raise reject(422, "invalid_json", f"request body {exc}") from None
         return raw, doc
 
     def _too_large(self) -> Rejection:
@@ -259,7 +282,7 @@ class CallPipeline:
                 )
             return await self._post(call, fallback, body=body, headers=headers, stream=stream)
         except (UpstreamTimeout, UpstreamUnavailable) as exc:
-            raise self._upstream_failure(call, exc) from None
+            raise self.upstream_failure(call, exc) from None
 
     async def _post(
         self,
@@ -280,11 +303,9 @@ class CallPipeline:
         try:
             return await reply.read()
         except (UpstreamTimeout, UpstreamUnavailable) as exc:
-            raise self._upstream_failure(call, exc) from None
+            raise self.upstream_failure(call, exc) from None
 
-    def _upstream_failure(
-        self, call: Call, exc: UpstreamTimeout | UpstreamUnavailable
-    ) -> Rejection:
+    def upstream_failure(self, call: Call, exc: UpstreamTimeout | UpstreamUnavailable) -> Rejection:
         log.warning(
             "router.upstream_failed", workflow=call.workflow, revision=call.revision, error=str(exc)
         )
@@ -323,11 +344,11 @@ class CallPipeline:
                     await response.write(chunk)
             except (UpstreamTimeout, UpstreamUnavailable) as exc:
                 # The status line is gone already: tell the client in-band, then end.
-                failure = self._upstream_failure(call, exc).response
+                failure = self.upstream_failure(call, exc).response
                 call.status = failure.status
                 code = "upstream_timeout" if failure.status == 504 else "upstream_unavailable"
                 await response.write(sse_error(code, str(exc)))
             await response.write_eof()
         except ConnectionResetError:
-            call.status = 499  # the client went away; nginx's code for it
+            call.status = CLIENT_CLOSED
         return response

@@ -18,11 +18,13 @@ SSE_CONTENT_TYPE = "text/event-stream"
 
 
 class Rejection(Exception):
-    """Stop handling a call and answer with ``response``."""
+    """Stop handling a call and answer with ``response``; ``close`` drops the connection
+    right after it (the client's request was not read to its end)."""
 
-    def __init__(self, response: web.Response) -> None:
+    def __init__(self, response: web.Response, *, close: bool = False) -> None:
         super().__init__(response.status)
         self.response = response
+        self.close = close
 
 
 def json_response(
@@ -46,10 +48,28 @@ def json_error(
 
 
 def reject(
-    status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    close: bool = False,
 ) -> Rejection:
     """A ``Rejection`` carrying ``json_error(...)``; write ``raise reject(...)``."""
-    return Rejection(json_error(status, code, message, headers=headers))
+    return Rejection(json_error(status, code, message, headers=headers), close=close)
+
+
+async def answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send ``response`` now, then close the connection.
+
+    Without this aiohttp would keep reading the unread rest of the body for its lingering
+    time (10 s) before closing: exactly what a stalled client must not get.
+    """
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()  # the transport flushes what was written, then closes
+    return response
 
 
 def sse_event(data: str, *, event: str | None = None) -> bytes:

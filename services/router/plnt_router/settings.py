@@ -32,6 +32,32 @@ class RouterSettings(CommonSettings):
         ge=1,
         description="Largest request body accepted; bigger bodies get 413.",
     )
+    max_json_depth: int = Field(
+        default=64,
+        ge=1,
+        description="Deepest nesting of arrays and objects in a JSON body; deeper gets 422.",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description=(
+            "Longest time from a request's first byte to the end of its headers; beyond it "
+            "the router answers 408 and closes the connection."
+        ),
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "Longest time to receive a whole request body once its headers are in; beyond "
+            "it the router answers 408 and closes the connection."
+        ),
+    )
+    keepalive_timeout_s: float = Field(
+        default=75.0,
+        gt=0,
+        description="How long a client connection may stay idle before (or between) requests.",
+    )
     max_in_flight: int = Field(
         default=256,
         ge=1,

@@ -14,16 +14,17 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from plnt_common.errors import PlntError, SpecInvalid
 from plnt_common.logs import get_logger
 from plnt_common.metrics import STEP_DURATION
-from plnt_common.workflow import Step, Workflow, topological_order
+from plnt_common.workflow import Reply, Step, Workflow, topological_order
 from plnt_runner.cache import StepCache
 from plnt_runner.errors import StepFailed
 from plnt_runner.tools import Tool, ToolContext
+from plnt_runner.usage import TokenUsage
 
 log = get_logger("plnt.runner.executor")
 
@@ -37,6 +38,8 @@ class StepFinished:
     output: Any
     duration_ms: float
     cached: bool
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    """Tokens this run of the step spent: none when served from the cache."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,8 @@ class Executor:
         self._roots = [s.id for s in steps if not s.deps]
         self.sinks = [s.id for s in steps if not dependents[s.id]]
         """Steps no other step depends on: their outputs are the invocation's output."""
+        self.reply: Reply = workflow.spec.reply_source()
+        """The step and field whose output is the invocation's reply text."""
 
     @property
     def order(self) -> list[str]:
@@ -199,9 +204,10 @@ class _Run:
             def emit(delta: str) -> None:
                 sink(TokenEmitted(step_id, delta))
 
+        usage = TokenUsage()
         try:
             async with asyncio.timeout(self.ex._timeout):
-                output = await plan.tool.run(step_input, ToolContext(step_id, emit))
+                output = await plan.tool.run(step_input, ToolContext(step_id, emit, usage))
         except TimeoutError:
             plan.hist_error.observe(time.perf_counter() - started)
             raise StepFailed(
@@ -220,7 +226,7 @@ class _Run:
         plan.hist_ok.observe(elapsed)
         if cache is not None:
             cache.put(key, output)
-        return StepFinished(step_id, step.tool, output, elapsed * 1000, cached=False)
+        return StepFinished(step_id, step.tool, output, elapsed * 1000, cached=False, usage=usage)
 
     def _cache_key(self, plan: _Plan, dep_outputs: Mapping[str, Any]) -> str:
         """sha256 over (digest, step id, canonical step input); the body's canonical JSON is

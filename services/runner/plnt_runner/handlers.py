@@ -100,7 +100,7 @@ async def _invoke_sse(
             if isinstance(event, StepFinished):
                 await response.write(_sse("step", step_event(event)))
             else:
-                await response.write(_sse("token", token_event(event)))
+                await response.write(_sse("token", token_event(event, reply=executor.reply)))
         try:
             invocation = run.result()
         except StepFailed as exc:
@@ -167,6 +167,8 @@ def _decode(raw: bytes) -> tuple[dict[str, Any] | None, str]:
         value = json.loads(raw.decode("utf-8-sig"))  # JSON on the wire is UTF-8 (RFC 8259)
     except UnicodeDecodeError:
         return None, "body is not UTF-8 JSON"
+    except RecursionError:  # json recurses per nesting level
+        return None, "body nests arrays and objects too deeply"
     except ValueError as exc:
         return None, f"body is not valid JSON: {exc}"
     if not isinstance(value, dict):
@@ -178,6 +180,7 @@ def _result(state: RunnerState, executor: Executor, invocation: Invocation) -> d
     return invocation_body(
         invocation=invocation,
         sinks=executor.sinks,
+        reply=executor.reply,
         workflow=state.name,
         version=state.workflow.metadata.version,
         revision=state.settings.revision,

@@ -15,6 +15,7 @@ from typing import Any
 from plnt_runner import heuristics
 from plnt_runner.ports import Message
 from plnt_runner.prompts import Task, read_messages
+from plnt_runner.usage import TokenUsage
 
 OFFLINE_PREFIX = "[offline] "
 _CHUNK = re.compile(r"\S+\s*")
@@ -27,15 +28,22 @@ class OfflineProvider:
     def name(self) -> str:
         return "offline"
 
-    async def complete(self, *, messages: Sequence[Message]) -> str:
-        return answer(messages)
+    async def complete(self, *, messages: Sequence[Message], usage: TokenUsage) -> str:
+        return _answer_counted(messages, usage)
 
-    async def stream(self, *, messages: Sequence[Message]) -> AsyncIterator[str]:
-        for chunk in _CHUNK.findall(answer(messages)):
+    async def stream(self, *, messages: Sequence[Message], usage: TokenUsage) -> AsyncIterator[str]:
+        for chunk in _CHUNK.findall(_answer_counted(messages, usage)):
             yield chunk
             # Yield to the loop between deltas, as a network stream would, so SSE clients
             # see tokens arrive one by one rather than in a single burst.
             await asyncio.sleep(0)
+
+
+def _answer_counted(messages: Sequence[Message], usage: TokenUsage) -> str:
+    """``answer``, with its estimated tokens added to ``usage`` (no model counts them here)."""
+    text = answer(messages)
+    usage.add_estimate(prompt_texts=(m.get("content", "") for m in messages), completion_text=text)
+    return text
 
 
 def answer(messages: Sequence[Message]) -> str:

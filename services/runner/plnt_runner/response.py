@@ -6,15 +6,16 @@ Pure functions from executor results to plain dicts; no HTTP and no I/O here.
 from collections.abc import Sequence
 from typing import Any
 
+from plnt_common.workflow import STREAMED_FIELD, Reply
 from plnt_runner.executor import Invocation, StepFinished, TokenEmitted
-
-REPLY_TOOL = "llm.generate"
+from plnt_runner.usage import total_usage
 
 
 def invocation_body(
     *,
     invocation: Invocation,
     sinks: Sequence[str],
+    reply: Reply,
     workflow: str,
     version: str,
     revision: str,
@@ -22,20 +23,23 @@ def invocation_body(
 ) -> dict[str, Any]:
     """The response to a successful invocation.
 
-    ``output`` holds each sink step's output under its step id, plus ``reply``: the text of
-    the most downstream ``llm.generate`` step, when the workflow has one (a sink step named
-    ``reply`` keeps its name and no reply is added).
+    ``reply`` is the text the workflow declares as its reply (``spec.reply``, or its
+    default), null when that step's output has no such text; ``usage`` sums the tokens
+    every step spent. ``output`` holds each sink step's output under its step id, plus the
+    reply text as ``reply`` (a sink step named ``reply`` keeps its name).
     """
     output: dict[str, Any] = {sink: invocation.steps[sink].output for sink in sinks}
-    reply = _reply_text(invocation)
-    if reply is not None and "reply" not in output:
-        output["reply"] = reply
+    text = reply_text(invocation, reply)
+    if text is not None and "reply" not in output:
+        output["reply"] = text
     return {
         "workflow": workflow,
         "version": version,
         "revision": revision,
         "provider": provider,
         "duration_ms": round(invocation.duration_ms, 3),
+        "reply": text,
+        "usage": total_usage(r.usage for r in invocation.steps.values()).as_dict(),
         "output": output,
         "steps": {step_id: step_body(result) for step_id, result in invocation.steps.items()},
     }
@@ -47,7 +51,15 @@ def step_body(result: StepFinished) -> dict[str, Any]:
         "output": result.output,
         "duration_ms": round(result.duration_ms, 3),
         "cached": result.cached,
+        "usage": result.usage.as_dict(),
     }
+
+
+def reply_text(invocation: Invocation, reply: Reply) -> str | None:
+    """The text in the reply step's output field; None when it is not a string there."""
+    output = invocation.steps[reply.step].output
+    text = output.get(reply.field) if isinstance(output, dict) else None
+    return text if isinstance(text, str) else None
 
 
 def step_event(result: StepFinished) -> dict[str, Any]:
@@ -55,9 +67,10 @@ def step_event(result: StepFinished) -> dict[str, Any]:
     return {"step": result.step, "tool": result.tool, **step_body(result)}
 
 
-def token_event(token: TokenEmitted) -> dict[str, Any]:
-    """Data of the SSE ``token`` event."""
-    return {"step": token.step, "delta": token.delta}
+def token_event(token: TokenEmitted, *, reply: Reply) -> dict[str, Any]:
+    """Data of the SSE ``token`` event; ``reply`` is true for the tokens of the reply text."""
+    is_reply = token.step == reply.step and reply.field == STREAMED_FIELD
+    return {"step": token.step, "delta": token.delta, "reply": is_reply}
 
 
 def error_body(
@@ -69,14 +82,3 @@ def error_body(
     if step is not None:
         body["step"] = step
     return body
-
-
-def _reply_text(invocation: Invocation) -> str | None:
-    reply = None
-    for result in invocation.steps.values():  # topological order: the last one is downstream
-        output = result.output
-        if result.tool == REPLY_TOOL and isinstance(output, dict):
-            text = output.get("text")
-            if isinstance(text, str):
-                reply = text
-    return reply

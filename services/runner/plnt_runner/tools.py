@@ -7,7 +7,7 @@ belong to the executor, not here.
 """
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from plnt_runner.errors import ToolFailed
@@ -20,6 +20,7 @@ from plnt_runner.prompts import (
     message_text,
 )
 from plnt_runner.retrieval import retrieve
+from plnt_runner.usage import TokenUsage
 
 StepInput = Mapping[str, Any]
 """``{"input": <request body>, "steps": {dep_id: dep_output}, "with": <step config>}``."""
@@ -32,6 +33,8 @@ class ToolContext:
     step_id: str
     emit_token: Callable[[str], None] | None = None
     """Set when the caller streams: LLM tools that produce text pass each delta to it."""
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    """Where the step's LLM calls add the tokens they spent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,7 @@ class _LLMTools:
         payload: dict[str, Any] = {"message": message_text(step["input"])}
         _copy_strings(step["with"], payload, "instructions")
         reply = await self._llm.complete(
-            messages=build_messages(task=Task.CLASSIFY, payload=payload)
+            messages=build_messages(task=Task.CLASSIFY, payload=payload), usage=ctx.usage
         )
         verdict = extract_json_object(reply)
         output: dict[str, Any] = {
@@ -92,7 +95,7 @@ class _LLMTools:
         if classification is not None:
             payload["classification"] = _without_provider(classification)
         reply = await self._llm.complete(
-            messages=build_messages(task=Task.BRAND_VOICE, payload=payload)
+            messages=build_messages(task=Task.BRAND_VOICE, payload=payload), usage=ctx.usage
         )
         output = {"guidance": reply.strip(), "brand_voice": voice, "passages": passages}
         if classification is not None:  # carried forward so the drafting step sees it too
@@ -110,10 +113,10 @@ class _LLMTools:
         _copy_strings(step["with"], payload, "instructions")
         messages = build_messages(task=Task.DRAFT, payload=payload)
         if ctx.emit_token is None:
-            text = await self._llm.complete(messages=messages)
+            text = await self._llm.complete(messages=messages, usage=ctx.usage)
         else:
             parts = []
-            async for delta in self._llm.stream(messages=messages):
+            async for delta in self._llm.stream(messages=messages, usage=ctx.usage):
                 parts.append(delta)
                 ctx.emit_token(delta)
             text = "".join(parts)
@@ -129,7 +132,7 @@ class _LLMTools:
         payload: dict[str, Any] = {"draft": draft, "blocked_terms": blocked}
         _copy_strings(config, payload, "policy")
         reply = await self._llm.complete(
-            messages=build_messages(task=Task.MODERATE, payload=payload)
+            messages=build_messages(task=Task.MODERATE, payload=payload), usage=ctx.usage
         )
         verdict = extract_json_object(reply) or {}
         allowed = verdict.get("allowed")

@@ -14,6 +14,7 @@ import aiohttp
 
 from plnt_runner.errors import LLMUnavailable
 from plnt_runner.ports import Message
+from plnt_runner.usage import TokenUsage
 
 _ERROR_SNIPPET = 300
 
@@ -47,9 +48,9 @@ class OpenAIChatProvider:
     def url(self) -> str:
         return self._url
 
-    async def complete(self, *, messages: Sequence[Message]) -> str:
+    async def complete(self, *, messages: Sequence[Message], usage: TokenUsage) -> str:
         """The reply's content; raises ``LLMUnavailable`` on non-2xx, no connection or a body
-        without ``choices[0].message.content``."""
+        without ``choices[0].message.content``. Adds the reported ``usage`` (else an estimate)."""
         payload = {"model": self._model, "messages": [dict(m) for m in messages]}
         try:
             async with self._session.post(
@@ -67,13 +68,26 @@ class OpenAIChatProvider:
             raise LLMUnavailable(
                 f"LLM endpoint {self._url} answered without choices[0].message.content"
             ) from None
-        return content if isinstance(content, str) else ""
+        text = content if isinstance(content, str) else ""
+        _add_usage(usage, reported=body.get("usage"), messages=messages, text=text)
+        return text
 
-    async def stream(self, *, messages: Sequence[Message]) -> AsyncIterator[str]:
+    async def stream(self, *, messages: Sequence[Message], usage: TokenUsage) -> AsyncIterator[str]:
         """Content deltas as the server sends them; raises ``LLMUnavailable`` on non-2xx, a
-        broken connection, or a stream cut before ``[DONE]`` or a ``finish_reason``."""
-        payload = {"model": self._model, "messages": [dict(m) for m in messages], "stream": True}
+        broken connection, or a stream cut before ``[DONE]`` or a ``finish_reason``.
+
+        Asks for the final usage chunk (``stream_options.include_usage``) and adds it to
+        ``usage``; a server that sends none gets its tokens estimated.
+        """
+        payload = {
+            "model": self._model,
+            "messages": [dict(m) for m in messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         finished = False
+        reported: Any = None
+        deltas: list[str] = []
         try:
             async with self._session.post(
                 self._url, json=payload, headers=self._headers, timeout=self._timeout
@@ -85,11 +99,16 @@ class OpenAIChatProvider:
                         continue  # blank separators, ": keep-alive" comments, event: lines
                     data = line[5:].strip()
                     if data == b"[DONE]":
-                        return
-                    choice = _first_choice(json.loads(data))
+                        finished = True
+                        break
+                    chunk = json.loads(data)
+                    if isinstance(chunk, dict) and chunk.get("usage"):
+                        reported = chunk["usage"]  # the last chunk, with empty choices
+                    choice = _first_choice(chunk)
                     finished = finished or bool(choice.get("finish_reason"))
                     delta = (choice.get("delta") or {}).get("content")
                     if isinstance(delta, str) and delta:
+                        deltas.append(delta)
                         yield delta
         except LLMUnavailable:
             raise
@@ -97,6 +116,7 @@ class OpenAIChatProvider:
             raise LLMUnavailable(f"LLM stream from {self._url} failed: {_describe(exc)}") from None
         if not finished:
             raise LLMUnavailable(f"LLM stream from {self._url} ended before [DONE]")
+        _add_usage(usage, reported=reported, messages=messages, text="".join(deltas))
 
     async def _raise_for_status(self, response: aiohttp.ClientResponse) -> None:
         if 200 <= response.status < 300:
@@ -105,6 +125,18 @@ class OpenAIChatProvider:
         raise LLMUnavailable(
             f"LLM endpoint {self._url} answered {response.status} {response.reason or ''}".rstrip()
             + (f": {detail}" if detail else "")
+        )
+
+
+def _add_usage(usage: TokenUsage, *, reported: Any, messages: Sequence[Message], text: str) -> None:
+    """Add the server's ``usage`` figures, or estimates when it sent none."""
+    prompt = reported.get("prompt_tokens") if isinstance(reported, dict) else None
+    completion = reported.get("completion_tokens") if isinstance(reported, dict) else None
+    if isinstance(prompt, int) and isinstance(completion, int):
+        usage.add(prompt_tokens=prompt, completion_tokens=completion)
+    else:
+        usage.add_estimate(
+            prompt_texts=(m.get("content", "") for m in messages), completion_text=text
         )
 
 
