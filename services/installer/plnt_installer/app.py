@@ -1,4 +1,4 @@
-"""Installer wiring: bus, release backends, one durable consumer."""
+"""Installer wiring: bus, release backends, one durable consumer, the Helm observer."""
 
 import asyncio
 from collections.abc import Callable
@@ -13,10 +13,12 @@ from plnt_common.runtime import run_service
 from plnt_installer.adapters.backend_targets import StoredTargets
 from plnt_installer.adapters.helm_releases import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
+from plnt_installer.adapters.kube_observations import KubeObservations
 from plnt_installer.adapters.kube_targets import KubeApiTargets
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
 from plnt_installer.adapters.spec_source import ObjectStoreSpecSource
 from plnt_installer.handlers import SERVICE, InstallerHandlers
+from plnt_installer.helm_observer import HelmObserver
 from plnt_installer.kube_ports import KubernetesTargets
 from plnt_installer.ports import ReleaseBackend
 from plnt_installer.settings import InstallerSettings
@@ -89,7 +91,17 @@ async def run(
             ready_timeout_s=settings.ready_timeout_s,
             uninstall_timeout_s=settings.uninstall_timeout_s,
         )
-        await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
+        observer = HelmObserver(
+            targets=build_targets(bus, settings),
+            connector=KubeConnector(),
+            store=KubeObservations(nc=bus.nc, kv=bus.releases),
+        )
+        observing = asyncio.create_task(observer.run(stop))
+        try:
+            await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
+        finally:
+            observing.cancel()
+            await asyncio.gather(observing, return_exceptions=True)
     finally:
         await bus.close()
 

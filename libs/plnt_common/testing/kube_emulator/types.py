@@ -56,6 +56,12 @@ LEASES = ResourceType(
     group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True
 )
 DEFAULT_TYPES = (WORKFLOW_RUNS, PLNT_BACKENDS, EVENTS, LEASES)
+SERVICES = ResourceType(group="", version="v1", plural="services", kind="Service", namespaced=True)
+ENDPOINTS = ResourceType(
+    group="", version="v1", plural="endpoints", kind="Endpoints", namespaced=True
+)
+"""Served on request (``types=``): a test plays the endpoints controller, writing the
+ready and not-ready addresses of a Service's pods as the real one does."""
 
 
 class ApiError(Exception):

@@ -2,9 +2,11 @@
 
 One read returns the Deployment's generation and replica counts, plus (while it is not
 ready) the reasons its pods are not running: a container waiting (ImagePullBackOff,
-CrashLoopBackOff, ...) or a pod the scheduler cannot place. It does not judge readiness
-(``readiness.judge`` does) and does not wait (the backend polls). The ``kubernetes``
-client blocks, so each call runs on a worker thread with a request timeout.
+CrashLoopBackOff, ...) or a pod the scheduler cannot place. ``services`` lists the plnt
+runner Services of a namespace with their ready and not-ready endpoint addresses, for
+the ``HelmObserver``. It does not judge readiness (``readiness.judge`` and
+``helm_observer.observation`` do) and does not wait (the callers poll). The
+``kubernetes`` client blocks, so each call runs on a worker thread with a request timeout.
 """
 
 import asyncio
@@ -16,12 +18,17 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from plnt_installer.adapters.helm_values import RUN_NAMESPACE, RUNNER_SERVICE_PORT, SAGA_ID
 from plnt_installer.adapters.kube_errors import TRANSPORT_ERRORS, api_error
+from plnt_installer.helm_observer import ServiceState
 from plnt_installer.readiness import DeploymentState
 
 REQUEST_TIMEOUT_S = 10.0
 MAX_POD_PROBLEMS = 3
 """Pods described in a message; the rest are counted, not listed."""
+RUNNER_SERVICES = "app.kubernetes.io/part-of=plnt,app.kubernetes.io/component=runner"
+"""The label selector of the runner chart's Services."""
+REVISION_LABEL = "plnt.work/revision"
 
 
 class KubeDeployments:
@@ -64,6 +71,29 @@ class KubeDeployments:
             pod_problems=problems,
         )
 
+    async def services(self, *, namespace: str) -> list[ServiceState]:
+        """The runner Services of ``namespace`` with their endpoints (two list calls)."""
+        listed = await self._read(
+            f"listing runner Services in {namespace}",
+            self._core.list_namespaced_service,
+            namespace,
+            label_selector=RUNNER_SERVICES,
+        )
+        services = (listed or {}).get("items") or []
+        if not services:
+            return []
+        endpoints = await self._read(
+            f"listing Endpoints in {namespace}",
+            self._core.list_namespaced_endpoints,
+            namespace,
+            label_selector=RUNNER_SERVICES,
+        )
+        addresses = {
+            (item.get("metadata") or {}).get("name"): _addresses(item)
+            for item in (endpoints or {}).get("items") or []
+        }
+        return [_service_state(body, namespace, addresses) for body in services]
+
     async def _read(
         self, doing: str, method: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> dict[str, Any] | None:
@@ -84,6 +114,32 @@ class KubeDeployments:
         except ValueError:
             raise api_error(OSError("unreadable response"), doing=doing) from None
         return parsed if isinstance(parsed, dict) else None
+
+
+def _service_state(
+    body: dict[str, Any], namespace: str, addresses: dict[Any, tuple[int, int]]
+) -> ServiceState:
+    meta = body.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    ports = (body.get("spec") or {}).get("ports") or [{}]
+    ready, not_ready = addresses.get(meta.get("name"), (0, 0))
+    return ServiceState(
+        name=str(meta.get("name", "")),
+        namespace=namespace,
+        port=int(ports[0].get("port") or RUNNER_SERVICE_PORT),
+        run_namespace=str(annotations.get(RUN_NAMESPACE) or ""),
+        saga_id=str(annotations.get(SAGA_ID) or ""),
+        revision=str((meta.get("labels") or {}).get(REVISION_LABEL) or ""),
+        ready=ready,
+        not_ready=not_ready,
+    )
+
+
+def _addresses(endpoints: dict[str, Any]) -> tuple[int, int]:
+    """(ready, not ready) addresses of an Endpoints object, over all its subsets."""
+    subsets = endpoints.get("subsets") or []
+    ready = sum(len(s.get("addresses") or []) for s in subsets)
+    return ready, sum(len(s.get("notReadyAddresses") or []) for s in subsets)
 
 
 def _selector(selector: dict[str, Any]) -> str:

@@ -1,0 +1,172 @@
+"""Observes the Helm releases' Services, so routes on Kubernetes follow what serves too.
+
+A Helm release serves at its Service's address, which outlives its pods; whether it
+serves is whether the Service has a ready endpoint (a pod passing its readiness probe).
+Every ``interval_s`` the observer lists, on each kubernetes PlntBackend, the plnt runner
+Services with their endpoints, and publishes one ``ObservedRelease`` per release under
+``observed-kube.<ns>.<release>`` in ``plnt-releases``, the shape the local-backend
+reports its runners in; the promoter follows both. A record whose Service is gone is
+deleted, unless some PlntBackend could not be read this round (gone is then unknown).
+
+``observation`` is the pure part; the Kubernetes reads and the KV writes are adapters
+(``adapters/kube_readiness.py``, ``adapters/kube_observations.py``).
+"""
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Protocol
+
+from plnt_common.errors import PlntError
+from plnt_common.logs import get_logger
+from plnt_common.releases import ObservedRelease, ReleasePhase
+from plnt_common.resources import KubernetesTarget
+from plnt_common.status import ServingReason
+from plnt_installer.kube_ports import KubernetesTargets
+
+log = get_logger(__name__)
+
+INTERVAL_S = 2.0
+"""Between two rounds: how late a lost (or regained) readiness reaches the route."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceState:
+    """A plnt runner Service and its endpoints, as the API shows them."""
+
+    name: str
+    """The Service's (and the Helm release's) name."""
+    namespace: str
+    """Where it lives in the cluster (the PlntBackend's namespace)."""
+    port: int
+    run_namespace: str = ""
+    """The namespace of the WorkflowRun it serves (empty: not a plnt release)."""
+    saga_id: str = ""
+    revision: str = ""
+    ready: int = 0
+    """Ready endpoint addresses."""
+    not_ready: int = 0
+
+
+def observation(service: ServiceState) -> ObservedRelease | None:
+    """What the promoter should know of ``service``; None when it is not a plnt release."""
+    if not service.run_namespace or not service.revision:
+        return None
+    url = f"http://{service.name}.{service.namespace}.svc.cluster.local:{service.port}"
+    if service.ready > 0:
+        phase, reason, message = ReleasePhase.READY, "", f"{service.ready} ready endpoints"
+    else:
+        phase, reason = ReleasePhase.STARTING, ServingReason.NO_READY_PODS.value
+        message = f"Service {service.namespace}/{service.name} has no ready endpoint"
+        if service.not_ready:
+            message += f" ({service.not_ready} not ready)"
+    return ObservedRelease(
+        namespace=service.run_namespace,
+        release=service.name,
+        revision=service.revision,
+        saga_id=service.saga_id,
+        phase=phase,
+        url=url,
+        reason=reason,
+        message=message,
+    )
+
+
+class ReleaseServices(Protocol):
+    """The runner Services of one cluster namespace (``KubeDeployments.services``)."""
+
+    async def services(self, *, namespace: str) -> list[ServiceState]: ...
+
+
+class Connected(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def deployments(self) -> ReleaseServices: ...
+
+
+class Connector(Protocol):
+    async def connect(self, *, backend_name: str, target: KubernetesTarget) -> Connected: ...
+
+
+class ObservationStore(Protocol):
+    """Where observations go (``observed-kube.*`` keys of ``plnt-releases``)."""
+
+    async def stored(self) -> dict[tuple[str, str], ObservedRelease | None]:
+        """Every record there now, by (namespace, release)."""
+        ...
+
+    async def put(self, record: ObservedRelease) -> None: ...
+
+    async def delete(self, *, namespace: str, release: str) -> None: ...
+
+
+class HelmObserver:
+    """Publishes what each Helm release's Service shows, every ``interval_s``."""
+
+    def __init__(
+        self,
+        *,
+        targets: KubernetesTargets,
+        connector: Connector,
+        store: ObservationStore,
+        interval_s: float = INTERVAL_S,
+    ) -> None:
+        self._targets = targets
+        self._connector = connector
+        self._store = store
+        self._interval_s = interval_s
+        self._published: dict[tuple[str, str], ObservedRelease | None] | None = None
+        """What the store holds, as far as this observer knows (None: not read yet)."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.observe_once()
+            except Exception as exc:  # the next round observes again from scratch
+                log.warning("helm_observer.round_failed", error=repr(exc))
+                self._published = None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._interval_s)
+
+    async def observe_once(self) -> None:
+        """One round: read every kubernetes PlntBackend, write what changed."""
+        if self._published is None:
+            self._published = await self._store.stored()
+        seen, complete = await self._observe()
+        published = self._published
+        for key, record in seen.items():
+            if published.get(key) != record:
+                await self._store.put(record)
+                published[key] = record
+                log.info(
+                    "helm_observer.observed",
+                    namespace=key[0],
+                    release=key[1],
+                    phase=record.phase.value,
+                    url=record.url,
+                )
+        if complete:
+            for key in set(published) - set(seen):
+                await self._store.delete(namespace=key[0], release=key[1])
+                del published[key]
+
+    async def _observe(self) -> tuple[dict[tuple[str, str], ObservedRelease], bool]:
+        seen: dict[tuple[str, str], ObservedRelease] = {}
+        complete = True
+        for name, spec in sorted((await self._targets.all()).items()):
+            if spec.kubernetes is None:
+                continue
+            try:
+                conn = await self._connector.connect(backend_name=name, target=spec.kubernetes)
+                services = await conn.deployments.services(namespace=conn.namespace)
+            except PlntError as exc:
+                log.warning("helm_observer.backend_unreadable", backend=name, error=str(exc))
+                complete = False
+                continue
+            for service in services:
+                record = observation(service)
+                if record is not None:
+                    seen[(record.namespace, record.release)] = record
+        return seen, complete
