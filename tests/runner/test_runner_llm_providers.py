@@ -1,6 +1,7 @@
 """The ``LLMProvider`` port: one contract run against the offline provider and the OpenAI
 adapter (over a real FakeLLM server), then what only the OpenAI adapter does."""
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -208,3 +209,72 @@ async def test_fake_llm_answers_in_the_openai_shape_with_usage(
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "hello there"}
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+
+
+async def test_fake_llm_streams_a_final_usage_chunk_only_when_asked(
+    session: aiohttp.ClientSession,
+) -> None:
+    request = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi you"}]}
+    async with FakeLLM(reply="one two three") as llm:
+        streams = []
+        for extra in ({}, {"stream_options": {"include_usage": True}}):
+            async with session.post(
+                f"{llm.base_url}/chat/completions", json={**request, **extra}
+            ) as response:
+                lines = [line.strip() async for line in response.content if line.strip()]
+            streams.append([line.removeprefix(b"data: ") for line in lines])
+    plain, with_usage = streams
+    assert plain[-1] == with_usage[-1] == b"[DONE]"
+    assert all(b'"usage"' not in data for data in plain)
+    last = json.loads(with_usage[-2])
+    assert last["choices"] == []
+    assert last["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    assert len(with_usage) == len(plain) + 1
+
+
+async def test_openai_adapter_adds_the_usage_the_server_reports_plain_and_streamed(
+    session: aiohttp.ClientSession,
+) -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        sent.append(body)
+        if not body.get("stream"):
+            usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+            return web.json_response({"choices": [{"message": {"content": "hi"}}], "usage": usage})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(
+            b'data: {"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n'
+            b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}\n\n'
+            b"data: [DONE]\n\n"
+        )
+        await response.write_eof()
+        return response
+
+    async with await _odd_server(handler) as server:
+        provider = OpenAIChatProvider(
+            session=session, base_url=str(server.make_url("/v1")), model="m"
+        )
+        usage = TokenUsage()
+        await provider.complete(messages=MESSAGES, usage=usage)
+        assert [d async for d in provider.stream(messages=MESSAGES, usage=usage)] == ["hi"]
+    assert sent[-1]["stream_options"] == {"include_usage": True}
+    assert usage.as_dict() == {"prompt_tokens": 16, "completion_tokens": 10, "total_tokens": 26}
+
+
+async def test_openai_adapter_estimates_tokens_a_server_does_not_report(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"choices": [{"message": {"content": "four words right here"}}]})
+
+    async with await _odd_server(handler) as server:
+        provider = OpenAIChatProvider(
+            session=session, base_url=str(server.make_url("/v1")), model="m"
+        )
+        usage = TokenUsage(prompt_tokens=1)
+        await provider.complete(messages=MESSAGES, usage=usage)
+    prompt = sum(len(m["content"].split()) for m in MESSAGES)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (1 + prompt, 4)
