@@ -7,6 +7,9 @@ local backend, ``runner``. Points:
 - ``after_effect``: the step's side effect happened, its outcome is not published yet;
 - ``before_ack``: the outcome is published, the delivery is not acknowledged yet.
 
+``PLNT_FAULT_ACK_WAIT_S`` (with points armed) shortens every consumer's ack wait, so the
+message of a killed step comes back in seconds.
+
 An armed point parks once: the first handler to reach it creates
 ``<PLNT_FAULT_REPORT_DIR>/<service>.<step>.<point>`` holding its pid (so a test knows
 whom to kill), logs ``fault.parked`` and waits for ever; every later arrival, in this
@@ -19,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from plnt_common.logs import get_logger
@@ -36,12 +39,19 @@ class FaultSettings(BaseSettings):
     report_dir: Path | None = Field(
         default=None, description="Where a parked step reports itself; required with pause."
     )
+    ack_wait_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="With pause: every consumer's ack wait, so a killed step's message "
+        "comes back within it rather than the usual 30 s.",
+    )
 
 
 @dataclass(frozen=True)
 class ArmedFaults:
     points: frozenset[tuple[str, str, str]]
     report_dir: Path
+    ack_wait_s: float | None = None
 
 
 def parse(settings: FaultSettings) -> ArmedFaults | None:
@@ -60,12 +70,16 @@ def parse(settings: FaultSettings) -> ArmedFaults | None:
                 f"with a point among {', '.join(POINTS)}"
             )
         points.add((parts[0], parts[1], parts[2]))
-    return ArmedFaults(frozenset(points), settings.report_dir)
+    return ArmedFaults(frozenset(points), settings.report_dir, settings.ack_wait_s)
 
 
 def _load() -> ArmedFaults | None:
     try:
         armed = parse(FaultSettings())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]).upper() if first["loc"] else "?"
+        raise SystemExit(f"plnt: PLNT_FAULT_{field}: {first['msg']}") from None
     except ValueError as exc:
         raise SystemExit(f"plnt: {exc}") from None
     if armed is not None:
@@ -75,6 +89,12 @@ def _load() -> ArmedFaults | None:
 
 _armed = _load()
 """Read once, when a service imports its handlers at start."""
+
+
+def ack_wait_s(usual: float) -> float:
+    """The consumers' ack wait: ``usual``, unless armed faults shorten it."""
+    armed = _armed
+    return usual if armed is None or armed.ack_wait_s is None else armed.ack_wait_s
 
 
 async def pause_point(service: str, step: str, point: str) -> None:

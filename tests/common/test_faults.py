@@ -94,3 +94,36 @@ async def test_an_armed_point_parks_once_and_reports_its_pid(
 async def test_unarmed_hooks_return_at_once() -> None:
     assert faults._armed is None
     await asyncio.wait_for(faults.pause_point("installer", "spec.pulled", "after_effect"), 1)
+
+
+def test_armed_faults_may_shorten_the_ack_wait_and_nothing_else_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert faults.ack_wait_s(30.0) == 30.0
+    armed = parse(FaultSettings(pause="smoke:x:before_ack", report_dir=tmp_path, ack_wait_s=2.0))
+    monkeypatch.setattr(faults, "_armed", armed)
+    assert faults.ack_wait_s(30.0) == 2.0
+    monkeypatch.setattr(
+        faults, "_armed", parse(FaultSettings(pause="smoke:x:before_ack", report_dir=tmp_path))
+    )
+    assert faults.ack_wait_s(30.0) == 30.0
+
+
+def test_a_bad_ack_wait_exits_with_one_line(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PLNT_FAULT_PAUSE": "smoke:x:before_ack",
+        "PLNT_FAULT_REPORT_DIR": str(tmp_path),
+        "PLNT_FAULT_ACK_WAIT_S": "0",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import plnt_common.faults"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr.strip()) == (
+        1,
+        "plnt: PLNT_FAULT_ACK_WAIT_S: Input should be greater than 0",
+    )

@@ -14,6 +14,7 @@ lose a message: the next delivery sees the count and goes straight to ``on_exhau
 """
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -98,7 +99,7 @@ class EventConsumer:
         self, bus: Bus, spec: ConsumerSpec, handler: Handler, on_exhausted: OnExhausted
     ) -> None:
         self._bus = bus
-        self._spec = spec
+        self._spec = dataclasses.replace(spec, ack_wait_s=faults.ack_wait_s(spec.ack_wait_s))
         self._handler = handler
         self._on_exhausted = on_exhausted
         self._tasks: set[asyncio.Task[None]] = set()
