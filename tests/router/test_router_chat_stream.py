@@ -67,10 +67,10 @@ def start_chat_router(
 ) -> Callable[..., Awaitable[str]]:
     """A real runner of ``chat-flow`` over the fake LLM, routed by a real router."""
 
-    async def start(*, reply: dict[str, str] | None = None) -> str:
+    async def start(*, reply: dict[str, str] | None = None, offline: bool = False) -> str:
         settings = RunnerSettings(
             workflow_file=workflow_file(tmp_path, reply=reply),
-            llm_base_url=llm.base_url,
+            llm_base_url="" if offline else llm.base_url,
             revision="r1",
             cache_size=0,
         )
@@ -183,3 +183,21 @@ async def test_a_workflow_failing_mid_stream_ends_with_an_in_band_error_and_done
     assert errors[0]["error"]["code"] == "workflow_failed"
     assert "classify" in errors[0]["error"]["message"]
     assert arrivals[-1][1] == "[DONE]"
+
+
+async def test_the_offline_provider_streams_its_reply_word_by_word(
+    start_chat_router: Factory, http: aiohttp.ClientSession
+) -> None:
+    router = await start_chat_router(offline=True)
+    async with http.post(f"{router}/v1/chat/completions", json=chat(False)) as response:
+        whole = (await response.json())["choices"][0]["message"]["content"]
+    async with http.post(f"{router}/v1/chat/completions", json=chat(True)) as response:
+        arrivals = await read_chunks(response)
+    deltas = [
+        c["choices"][0]["delta"]["content"]
+        for _, c in arrivals[:-1]
+        if c["choices"] and c["choices"][0]["delta"].get("content")
+    ]
+    assert whole.startswith("[offline] ")
+    assert len(deltas) == len(whole.split())
+    assert "".join(deltas).strip() == whole
