@@ -14,8 +14,19 @@ SEMVER = re.compile(
 SHA256_PIN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
+NATS_WILDCARDS = ("*", ">")
+
+
 def check_dns_label(value: str, *, what: str, max_len: int = 63) -> str:
     """Return ``value`` if it is a DNS-1123 label of at most ``max_len`` characters."""
+    if any(wildcard in value for wildcard in NATS_WILDCARDS):
+        # Names become subject tokens and KV keys, where these two would match other runs.
+        raise SpecInvalid(
+            f"{what} {value!r} is not a DNS-1123 label: wildcards (* and >) are not accepted, "
+            "give one exact name"
+        )
+    if not value:
+        raise SpecInvalid(f"{what} is empty")
     if len(value) > max_len:
         raise SpecInvalid(f"{what} {value!r} is longer than {max_len} characters")
     if not DNS1123_LABEL.match(value):
@@ -35,3 +46,12 @@ def parse_ref(ref: str) -> tuple[str, str]:
     if not SEMVER.match(version):
         raise SpecInvalid(f"workflow ref {ref!r} has version {version!r}, which is not semver")
     return name, version
+
+
+def check_run_name(value: str) -> str:
+    """A WorkflowRun name: a DNS-1123 label of at most ``MAX_RUN_NAME`` characters."""
+    return check_dns_label(value, what="WorkflowRun name", max_len=MAX_RUN_NAME)
+
+
+def check_namespace(value: str) -> str:
+    return check_dns_label(value, what="namespace")

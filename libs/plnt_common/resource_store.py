@@ -320,21 +320,30 @@ class ResourceStore:
     async def watch_object(
         self, kind: str, namespace: str | None, name: str
     ) -> AsyncIterator[StoredObject | None]:
-        """The object now (None if absent), then each change; None once it is deleted."""
+        """The object now (None if absent), then each change; None once it is deleted.
+
+        "Now" is read with a get, not told by the watch: nats-py marks the end of a watch's
+        initial values when the server has nothing pending and the client has received
+        nothing yet, which also holds while a large value is still on its way (a 600 KB
+        object was reported absent about once in 25 watches).
+        """
         key = object_key(kind, namespace, name)
-        watcher = await self._kv.watch(key)
-        initial_seen = False
+        watcher = await self._kv.watch(key)  # first, so no change after the get is missed
         try:
+            stored = await self._read(key)
+            seen = stored[0] if stored else 0
+            current = None if stored is None else _decode(key, *stored)
+            yield current
             async for entry in watcher:
-                if entry is None:  # end of the initial value
-                    if not initial_seen:
-                        yield None
-                    initial_seen = True
-                    continue
-                initial_seen = True
+                if entry is None or (entry.revision or 0) <= seen:
+                    continue  # the end-of-initial-values marker, or what the get returned
+                seen = entry.revision or 0
                 if entry.operation in ("DEL", "PURGE") or not entry.value:
-                    yield None
+                    if current is None:
+                        continue  # absence already reported
+                    current = None
                 else:
-                    yield _decode(key, entry.revision or 0, entry.value)
+                    current = _decode(key, seen, entry.value)
+                yield current
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]

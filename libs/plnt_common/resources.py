@@ -11,7 +11,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from plnt_common.errors import SpecInvalid
-from plnt_common.names import MAX_RUN_NAME, SHA256_PIN, check_dns_label, parse_ref
+from plnt_common.names import (
+    SHA256_PIN,
+    check_dns_label,
+    check_namespace,
+    check_run_name,
+    parse_ref,
+)
 from plnt_common.status import ConditionType, Phase
 from plnt_common.workflow import describe_validation_error
 
@@ -176,9 +182,9 @@ class WorkflowRun(_Model):
     @field_validator("metadata")
     @classmethod
     def _name_fits_subjects(cls, meta: ObjectMeta) -> ObjectMeta:
-        check_dns_label(meta.name, what="WorkflowRun name", max_len=MAX_RUN_NAME)
+        check_run_name(meta.name)
         if meta.namespace is not None:
-            check_dns_label(meta.namespace, what="namespace")
+            check_namespace(meta.namespace)
         return meta
 
 
@@ -270,7 +276,10 @@ def parse_resource(document: Any) -> Resource:
     model = KINDS.get(str(kind))
     if model is None:
         raise SpecInvalid(f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
-    name = (document.get("metadata") or {}).get("name", "?")
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        raise SpecInvalid(f"{kind}: metadata must be a mapping with a name, not {metadata!r:.40}")
+    name = metadata.get("name", "?")
     try:
         return model.model_validate(document)
     except ValidationError as exc:

@@ -1,7 +1,7 @@
 """The CLI's commands that talk to a running stack over the bus and the router."""
 
 import asyncio
-import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,8 @@ from plnt_common.bus.replay import ReplayStats
 from plnt_common.bus.replay import replay as replay_bus
 from plnt_common.errors import PlntError, ResourceNotFound, SpecInvalid
 from plnt_common.resource_store import PLURALS, ResourceStore
-from plnt_common.status import TERMINAL_PHASES
+from plnt_common.resources import Resource
+from plnt_common.status import TERMINAL_PHASES, Phase
 
 KIND_ALIASES = {
     "workflowrun": "WorkflowRun",
@@ -56,13 +57,32 @@ class Session:
         await self.bus.close()
 
 
+# What a resource leaves of the bus's message limit: its status and the saga events that
+# carry its spec (spec.pulled adds the backend) must fit in one message each.
+ROOM_FOR_STATUS_AND_EVENTS = 64 * 1024
+
+
 async def apply(session: Session, *, path: str, namespace: str | None) -> list[str]:
     resources = parse_documents(read_documents(path), namespace=namespace)
+    for resource in resources:
+        check_fits_the_bus(resource, max_payload=session.bus.nc.max_payload)
     lines = []
     for resource in resources:
         _, outcome = await session.store.apply(resource)
         lines.append(f"{resource.kind.lower()}.plnt.work/{resource.metadata.name} {outcome}")
     return lines
+
+
+def check_fits_the_bus(resource: Resource, *, max_payload: int) -> None:
+    """Refuse at once what the bus would refuse only after its publish retries."""
+    limit = max_payload - ROOM_FOR_STATUS_AND_EVENTS
+    size = len(resource.model_dump_json(by_alias=True, exclude_none=True))
+    if size > limit:
+        raise SpecInvalid(
+            f"{resource.kind} {resource.metadata.name!r} is {size:,} bytes; a resource must "
+            f"stay under {limit:,} (the bus's message limit of {max_payload:,} bytes, "
+            "less room for its status and saga events)"
+        )
 
 
 async def get(
@@ -116,24 +136,29 @@ async def wait_until_gone(
 
 
 def parse_condition(text: str) -> tuple[str, str]:
-    """``phase=Ready`` or ``delete``."""
+    """``phase=<a known Phase>`` or ``delete``."""
     if text == "delete":
         return "delete", ""
     key, sep, value = text.partition("=")
     if not sep or key != "phase" or not value:
         raise SpecInvalid(f"--for {text!r}: use phase=<Phase> or delete")
+    phases = [phase.value for phase in Phase]
+    if value not in phases:
+        raise SpecInvalid(f"--for {text!r}: unknown phase; the phases are {', '.join(phases)}")
     return key, value
 
 
 def parse_duration(text: str) -> float:
-    """``60s``, ``2m``, ``1h`` or a number of seconds."""
+    """``60s``, ``2m``, ``1h`` or a number of seconds: finite and not negative."""
     units = {"s": 1, "m": 60, "h": 3600}
+    number, scale = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        seconds = float(number) * scale
     except ValueError:
-        raise SpecInvalid(f"--timeout {text!r}: use a duration like 60s, 2m or 90") from None
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise SpecInvalid(f"--timeout {text!r}: use a duration like 60s, 2m or 90")
+    return seconds
 
 
 async def wait_for_phase(
@@ -141,7 +166,8 @@ async def wait_for_phase(
 ) -> dict[str, Any]:
     """Wait until the run's phase is ``phase`` for its current generation.
 
-    Fails at once when the run settles in another final phase for that generation.
+    Fails at once when the run settles in another final phase for that generation, or
+    is not there, or is deleted meanwhile.
     """
     last_phase = ""
 
@@ -150,7 +176,9 @@ async def wait_for_phase(
         async for stored in session.store.watch_object("WorkflowRun", namespace, name):
             if stored is None:
                 raise ResourceNotFound(
-                    f"workflowruns {name!r} not found in namespace {namespace!r}"
+                    f"workflowruns {name!r} was deleted while waiting for {phase}"
+                    if last_phase
+                    else f"workflowruns {name!r} not found in namespace {namespace!r}"
                 )
             status = stored.body.get("status") or {}
             current = status.get("phase", "Pending")
@@ -243,13 +271,9 @@ async def replay(session: Session) -> ReplayStats:
 
 
 async def invoke(
-    session: Session, *, name: str, namespace: str, data: str, stream: bool
+    session: Session, *, name: str, namespace: str, body: Any, stream: bool
 ) -> tuple[int, str, str]:
-    """POST ``data`` to the run's endpoint; returns (status, revision, body text)."""
-    try:
-        body = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise SpecInvalid(f"--data is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    """POST ``body`` as JSON to the run's endpoint; returns (status, revision, body text)."""
     stored = await session.store.get("WorkflowRun", namespace, name)
     if stored is None:
         raise ResourceNotFound(f"workflowruns {name!r} not found in namespace {namespace!r}")

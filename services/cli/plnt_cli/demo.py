@@ -2,7 +2,9 @@
 
 Every step prints as it happens; the saga's events stream in live. The demo runs in a
 fresh data directory (removed afterwards unless ``--keep``), so a second run never sees
-the first one's state, and picks free ports when 4222 or 8080 are taken.
+the first one's state, and picks free ports when 4222 or 8080 are taken. It applies the
+shipped example files as ``plnt apply -f`` reads them, and it does not record itself as
+the running stack: a ``plnt up`` running meanwhile keeps its ``up.json``.
 """
 
 import asyncio
@@ -14,45 +16,43 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from plnt_cli.commands import Session, wait_for_phase
+from plnt_cli.documents import parse_documents, read_documents
 from plnt_cli.progress import SagaFollower
-from plnt_cli.up import Stack, stack_config, wait_until_ready
+from plnt_cli.supervisor import StackConfig, Supervisor
+from plnt_cli.up import stack_config, wait_until_ready
 from plnt_common import event_loop
 from plnt_common.errors import PlntError
 from plnt_common.resource_store import ResourceStore
-from plnt_common.resources import parse_resource
-from plnt_common.workflow import spec_digest
+from plnt_common.resources import Resource, WorkflowRun
 
 RUN_NAME = "review-responder"
 SAGA_TIMEOUT_S = 180.0
+EXAMPLE_FILES = ("backend-local.yaml", "workflowrun-local.yaml")
 
 
 def examples_dir() -> Path:
     """The repository's examples/, beside the source tree this CLI runs from."""
     here = Path(__file__).resolve()
     for parent in here.parents:
-        candidate = parent / "examples" / "workflowrun.yaml"
+        candidate = parent / "examples" / EXAMPLE_FILES[-1]
         if candidate.is_file():
             return candidate.parent
     raise PlntError("examples/ not found: run plnt demo from a clone installed with pip install -e")
 
 
-def demo_documents(examples: Path, registry: Path) -> tuple[list[dict[str, Any]], str]:
-    """The backend and the WorkflowRun, pointed at the local registry and pinned."""
-    spec_path = registry / RUN_NAME / "1.2.0" / "workflow.yaml"
-    digest = spec_digest(spec_path.read_bytes())
-    backend = yaml.safe_load((examples / "backend-local.yaml").read_text())
-    run = yaml.safe_load((examples / "workflowrun.yaml").read_text())
-    run["spec"]["workflow"]["registry"] = registry.as_uri()
-    run["spec"]["workflow"]["integrityHash"] = digest
-    return [backend, run], digest
+def example_resources(examples: Path) -> list[Resource]:
+    """The example backend and WorkflowRun, read and validated as ``plnt apply`` does."""
+    documents = [
+        document for name in EXAMPLE_FILES for document in read_documents(str(examples / name))
+    ]
+    return parse_documents(documents, namespace=None)
 
 
-async def deploy_and_invoke(stack: Stack, *, say: Callable[[str], None]) -> int:
-    config = stack.config
-    examples = examples_dir()
+async def deploy_and_invoke(
+    config: StackConfig, resources: list[Resource], *, say: Callable[[str], None]
+) -> int:
     say(
         "→ starting NATS JetStream and the services "
         "(watcher, puller, installer, smoke, promoter, local-backend, router)…"
@@ -64,10 +64,11 @@ async def deploy_and_invoke(stack: Stack, *, say: Callable[[str], None]) -> int:
         f"NATS {config.nats_url}, router {config.router_url}"
     )
 
-    registry = config.data_dir / "registry"
-    shutil.copytree(examples / "registry", registry, dirs_exist_ok=True)
-    documents, digest = demo_documents(examples, registry)
-    say(f"→ published {RUN_NAME}@1.2.0 to the file registry {registry} ({digest[:19]}…)")
+    workflow = next(r for r in resources if isinstance(r, WorkflowRun)).spec.workflow
+    say(
+        f"→ {workflow.ref} from the file registry {workflow.registry} "
+        f"(pinned to {str(workflow.integrity_hash)[:19]}…)"
+    )
 
     session = await Session.open(config.nats_url)
     try:
@@ -75,8 +76,7 @@ async def deploy_and_invoke(stack: Stack, *, say: Callable[[str], None]) -> int:
         await follower.follow(session.bus.js)
         store = ResourceStore(session.bus)
         applied_at = time.monotonic()
-        for document in documents:
-            resource = parse_resource(document)
+        for resource in resources:
             _, outcome = await store.apply(resource)
             say(f"→ {resource.kind.lower()}.plnt.work/{resource.metadata.name} {outcome}")
         say("→ saga progress:")
@@ -104,7 +104,7 @@ async def deploy_and_invoke(stack: Stack, *, say: Callable[[str], None]) -> int:
         endpoint = body["status"]["endpoint"]
     finally:
         await session.close()
-    body = json.loads((examples / "invoke.json").read_text())
+    body = json.loads((examples_dir() / "invoke.json").read_text())
     return await invoke_example(endpoint, body, say=say)
 
 
@@ -146,6 +146,7 @@ def run_demo(
     keep: bool,
     say: Callable[[str], None],
 ) -> int:
+    resources = example_resources(examples_dir())  # a bad example fails before anything starts
     config = stack_config(
         data_dir=data_dir,
         nats_port=nats_port,
@@ -154,10 +155,10 @@ def run_demo(
         say=say,
         fresh=data_dir is None,
     )
-    stack = Stack(config, say=say)
+    stack = Supervisor(config, say=say)  # not up.Stack: that records itself in up.json
     stack.start()
     try:
-        code = event_loop.run(deploy_and_invoke(stack, say=say))
+        code = event_loop.run(deploy_and_invoke(config, resources, say=say))
     except PlntError as exc:
         say(f"plnt demo: {exc}")
         say(f"  logs: {config.data_dir / 'logs'}")

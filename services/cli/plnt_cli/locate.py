@@ -8,7 +8,9 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from plnt_common.errors import PlntError
 from plnt_common.settings import DEFAULT_NATS_URL
 
 
@@ -66,9 +68,27 @@ def running_stack() -> RunningStack | None:
 
 
 def resolve_nats_url(flag: str | None) -> str:
+    """``--nats``, else ``PLNT_NATS_URL``, else the running ``plnt up``; raises ``PlntError``
+    for a URL the client could not parse."""
     if flag:
-        return flag
+        return checked_nats_url(flag, source="--nats")
     if os.environ.get("PLNT_NATS_URL"):
-        return os.environ["PLNT_NATS_URL"]
+        return checked_nats_url(os.environ["PLNT_NATS_URL"], source="PLNT_NATS_URL")
     stack = running_stack()
     return stack.nats_url if stack else DEFAULT_NATS_URL
+
+
+def checked_nats_url(url: str, *, source: str) -> str:
+    """``url`` if every comma-separated server in it has a valid host and port."""
+    for server in filter(None, (part.strip() for part in url.split(","))):
+        try:
+            _port_of(server)
+        except ValueError as exc:
+            raise PlntError(f"{source} {url!r}: {server!r} is not a NATS URL ({exc})") from None
+    return url
+
+
+def _port_of(server: str) -> int | None:
+    """Raises ``ValueError`` for a server nats-py could not connect to by its URL."""
+    # nats-py reads a bare host[:port] as nats://host[:port]
+    return urlsplit(server if "://" in server else f"nats://{server}").port

@@ -5,9 +5,9 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
-from plnt_cli import commands
+from plnt_cli import arguments, commands
 from plnt_cli.locate import resolve_nats_url
 from plnt_cli.serve import SERVICES, service_main
 from plnt_common import event_loop
@@ -23,8 +23,20 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, one_line(f"plnt: {message} (see {self.prog} --help)") + "\n")
+
+
+def one_line(message: str) -> str:
+    """``message`` with control characters escaped: input a user typed stays on its line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="plnt", description="Ship AI agent workflows: deploy saga, router and runner."
     )
     parser.add_argument(
@@ -35,13 +47,20 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the embedded stack in the foreground")
     up.add_argument("--data-dir", type=Path, help="store and logs (default ~/.plnt/data)")
     up.add_argument(
-        "--router-port", type=int, help="router port (default 8080, or a free one if taken)"
+        "--router-port",
+        type=arguments.port_number,
+        help="router port (default 8080, or a free one if taken)",
     )
     up.add_argument(
-        "--nats-port", type=int, help="NATS port (default 4222, or a free one if taken)"
+        "--nats-port",
+        type=arguments.port_number,
+        help="NATS port (default 4222, or a free one if taken)",
     )
     up.add_argument(
-        "--replicas", type=int, default=1, help="replicas of each saga service (default 1)"
+        "--replicas",
+        type=arguments.replica_count,
+        default=1,
+        help=f"replicas of each saga service, 1 to {arguments.MAX_REPLICAS} (default 1)",
     )
     up.add_argument(
         "--nats-sync-interval",
@@ -55,26 +74,31 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--data-dir", type=Path, help="keep state here instead of a fresh temporary dir"
     )
-    demo.add_argument("--router-port", type=int)
-    demo.add_argument("--nats-port", type=int)
+    demo.add_argument("--router-port", type=arguments.port_number)
+    demo.add_argument("--nats-port", type=arguments.port_number)
     demo.add_argument("--keep", action="store_true", help="keep the temporary data dir")
 
     apply = sub.add_parser("apply", help="create or update resources from a file")
-    apply.add_argument("-f", "--filename", required=True, help="YAML or JSON file, or - for stdin")
-    apply.add_argument("-n", "--namespace", default=None)
+    apply.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        help="YAML or JSON file, a directory of *.yaml/*.yml files, or - for stdin",
+    )
+    apply.add_argument("-n", "--namespace", type=arguments.namespace, default=None)
 
     get = sub.add_parser("get", help="list or show workflowruns or backends")
     get.add_argument(
         "kind", nargs="?", default="workflowruns", help="workflowruns (wr) or backends"
     )
     get.add_argument("name", nargs="?")
-    get.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+    get.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
     get.add_argument("-o", "--output", choices=["json", "yaml"])
 
     delete = sub.add_parser("delete", help="delete a workflowrun (waits for cleanup) or backend")
     delete.add_argument("kind")
     delete.add_argument("name")
-    delete.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+    delete.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
     delete.add_argument(
         "--timeout", default="60s", help="how long to wait for cleanup; 0 = do not wait"
     )
@@ -84,19 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("name")
     wait.add_argument("--for", dest="condition", required=True, help="phase=<Phase> or delete")
     wait.add_argument("--timeout", default="60s")
-    wait.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+    wait.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
 
     history = sub.add_parser("history", help="the event timeline of a workflowrun, from the stream")
-    history.add_argument("name")
-    history.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+    history.add_argument("name", type=arguments.run_name)
+    history.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
 
     sub.add_parser("replay", help="rebuild the plnt-runs projection from the stream")
 
     invoke = sub.add_parser("invoke", help="call a workflow through the router")
-    invoke.add_argument("name")
+    invoke.add_argument("name", type=arguments.run_name)
     invoke.add_argument("--data", default="{}", help="JSON body, or @file")
     invoke.add_argument("--stream", action="store_true", help="ask for server-sent events")
-    invoke.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE)
+    invoke.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
 
     serve = sub.add_parser("serve", help="run one service in the foreground")
     serve.add_argument("service", choices=sorted(SERVICES))
@@ -166,7 +190,6 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
             )
         )
     elif command == "delete":
-        timeout = commands.parse_duration(args.timeout)
         await with_session(
             nats,
             lambda s: commands.delete(
@@ -174,7 +197,7 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
                 kind_word=args.kind,
                 name=args.name,
                 namespace=args.namespace,
-                wait_s=timeout,
+                wait_s=args.timeout,
                 say=say,
             ),
         )
@@ -194,16 +217,14 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
             f"in {stats.seconds:.2f}s ({rate:,.0f} events/s)"
         )
     elif command == "invoke":
-        return await invoke_command(args, read_data_argument(args.data))
+        return await invoke_command(args)
     return 0
 
 
 async def wait_command(args: argparse.Namespace) -> int:
-    kind = commands.resolve_kind(args.kind)
-    if kind != "WorkflowRun":
-        raise PlntError("wait works on workflowruns")
-    key, value = commands.parse_condition(args.condition)
-    timeout = commands.parse_duration(args.timeout)
+    kind: str = args.kind
+    key, value = args.condition
+    timeout: float = args.timeout
 
     async def work(session: commands.Session) -> None:
         if key == "delete":
@@ -226,10 +247,10 @@ async def wait_command(args: argparse.Namespace) -> int:
     return 0
 
 
-async def invoke_command(args: argparse.Namespace, data: str) -> int:
+async def invoke_command(args: argparse.Namespace) -> int:
     async def work(session: commands.Session) -> tuple[int, str, str]:
         return await commands.invoke(
-            session, name=args.name, namespace=args.namespace, data=data, stream=args.stream
+            session, name=args.name, namespace=args.namespace, body=args.data, stream=args.stream
         )
 
     status, revision, text = await with_session(args.nats, work)
@@ -245,24 +266,14 @@ def sync_interval_argument(text: str) -> str:
         raise PlntError(f"--nats-sync-interval: {exc}") from None
 
 
-def read_data_argument(data: str) -> str:
-    """``--data JSON`` or ``--data @file``."""
-    if not data.startswith("@"):
-        return data
-    path = Path(data[1:])
-    if not path.is_file():
-        raise PlntError(f"--data {data}: no such file")
-    return path.read_text()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command != "serve":  # services configure their own logging
         configure_logging(level="warning", fmt="console")
     try:
-        code = dispatch(args)
+        code = dispatch(arguments.check_arguments(args))
     except PlntError as exc:
-        print(f"plnt: {exc}", file=sys.stderr)
+        print(one_line(f"plnt: {exc}"), file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 130

@@ -1,0 +1,206 @@
+"""Every error a user can cause is one line naming the problem, before anything acts."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cli_support import plnt, run_manifest
+
+from plnt_common.workflow import spec_digest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+WILDCARD = "wildcards (* and >) are not accepted"
+
+
+def write_yaml(path: Path, *documents: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump_all(documents))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["up", "--router-port", "99999"], "port 99999 is not between 1 and 65535"),
+        (["up", "--nats-port", "0"], "port 0 is not between 1 and 65535"),
+        (["up", "--replicas", "0"], "0 replicas: use 1 to 16"),
+        (["demo", "--router-port", "http"], "'http' is not a port number"),
+        (["wait", "wr", "x", "--for", "phase=Bogus"], "unknown phase; the phases are Pending, "),
+        (["wait", "wr", "x", "--for", "ready"], "use phase=<Phase> or delete"),
+        (["wait", "wr", "x", "--for", "phase=Ready", "--timeout", "nan"], "--timeout 'nan'"),
+        (["delete", "wr", "x", "--timeout=-5s"], "--timeout '-5s'"),
+        (["delete", "wr", "x", "--timeout", "inf"], "--timeout 'inf'"),
+        (["wait", "backends", "x", "--for", "delete"], "wait works on workflowruns"),
+        (["get", "gadgets"], "unknown resource type 'gadgets'"),
+        (["get", "wr", "*"], WILDCARD),
+        (["get", "wr", ">"], WILDCARD),
+        (["get", "backends", "gpu-*"], WILDCARD),
+        (["history", "*"], WILDCARD),
+        (["history", ">"], WILDCARD),
+        (["wait", "wr", "*", "--for", "phase=Ready"], WILDCARD),
+        (["delete", "wr", ">"], WILDCARD),
+        (["invoke", "*"], WILDCARD),
+        (["get", "wr", "-n", "*"], "namespace '*' is not a DNS-1123 label: wildcards"),
+        (["apply", "-f", "x.yaml", "-n", "a b"], "namespace 'a b' is not a DNS-1123 label"),
+        (["get", "wr", "a b"], "WorkflowRun name 'a b' is not a DNS-1123 label"),
+        (["get", "wr", "x" * 41], "longer than 40 characters"),
+        (["get", "backends", "y" * 64], "longer than 63 characters"),
+        (["invoke", "x", "--data", "{"], "--data is not valid JSON"),
+        (["invoke", "x", "--data", "@/no/such/body.json"], "no such file"),
+        (["--nats", "nats://[", "get", "wr"], "is not a NATS URL"),
+        (["--nats", "nats://127.0.0.1:99999", "get", "wr"], "is not a NATS URL"),
+        (["wait", "wr", "x"], "the following arguments are required: --for"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+def test_a_bad_argument_is_one_line_naming_it(
+    capfd: pytest.CaptureFixture[str], bus_url: str, argv: list[str], expected: str
+) -> None:
+    prefix = [] if argv[0] == "--nats" else ["--nats", bus_url]
+    assert expected in plnt(capfd, *prefix, *argv).error_line
+
+
+def test_up_refuses_a_data_dir_that_is_a_file(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    file = tmp_path / "data"
+    file.write_text("")
+    line = plnt(capfd, "up", "--data-dir", str(file)).error_line
+    assert line == f"plnt: --data-dir {file}: not a directory"
+
+
+def test_a_wildcard_name_reads_no_other_run(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path
+) -> None:
+    manifest = write_yaml(tmp_path / "runs.yaml", run_manifest("alpha"), run_manifest("beta"))
+    assert plnt(capfd, "--nats", bus_url, "apply", "-f", str(manifest)).code == 0
+    for argv in (["get", "wr", "*"], ["get", "wr", "*", "-o", "json"], ["history", ">"]):
+        outcome = plnt(capfd, "--nats", bus_url, *argv)
+        assert WILDCARD in outcome.error_line
+        assert "alpha" not in outcome.out + outcome.err
+
+
+def test_a_bad_timeout_is_refused_before_the_delete(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path
+) -> None:
+    manifest = write_yaml(tmp_path / "run.yaml", run_manifest("keep-me"))
+    assert plnt(capfd, "--nats", bus_url, "apply", "-f", str(manifest)).code == 0
+    line = plnt(capfd, "--nats", bus_url, "delete", "wr", "keep-me", "--timeout", "nan").error_line
+    assert "--timeout 'nan'" in line
+    assert plnt(capfd, "--nats", bus_url, "get", "wr", "keep-me").code == 0
+
+
+BINARY = b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary"
+
+
+@pytest.mark.parametrize(
+    ("write", "expected"),
+    [
+        (lambda path: path.write_bytes(BINARY), "not a text file (not UTF-8)"),
+        (
+            lambda path: path.write_text(
+                "apiVersion: plnt.work/v1\nkind: WorkflowRun\nmetadata: rr\n"
+            ),
+            "WorkflowRun: metadata must be a mapping with a name, not 'rr'",
+        ),
+        (lambda path: path.mkdir(), "a directory without *.yaml or *.yml files"),
+        (lambda path: None, "no such file"),
+        (lambda path: path.write_text("# nothing\n"), "no resources in the file"),
+        (lambda path: path.write_text("- just\n- a list\n"), "a resource must be a mapping"),
+    ],
+    ids=["binary", "metadata-string", "empty-directory", "missing", "empty", "list"],
+)
+def test_a_bad_manifest_is_one_line_naming_it(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path, write: Any, expected: str
+) -> None:
+    target = tmp_path / "manifest.yaml"
+    write(target)
+    assert expected in plnt(capfd, "--nats", bus_url, "apply", "-f", str(target)).error_line
+
+
+def test_a_run_over_the_bus_message_limit_is_refused_at_once_with_the_limit_named(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path
+) -> None:
+    payload = {"review": "x" * 1_100_000}
+    manifest = write_yaml(
+        tmp_path / "big.yaml", run_manifest("big", smokeTest={"payload": payload})
+    )
+    # the check's own message: refused before any publish (the bus's retries take 9.5 s)
+    line = plnt(capfd, "--nats", bus_url, "apply", "-f", str(manifest)).error_line
+    assert "WorkflowRun 'big' is 1,100," in line
+    assert "must stay under 983,040 (the bus's message limit of 1,048,576 bytes" in line
+    assert "not found" in plnt(capfd, "--nats", bus_url, "get", "wr", "big").error_line
+
+
+def test_a_binary_data_file_is_one_line_naming_it(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path
+) -> None:
+    body = tmp_path / "body.bin"
+    body.write_bytes(BINARY)
+    line = plnt(capfd, "--nats", bus_url, "invoke", "x", "--data", f"@{body}").error_line
+    assert line == f"plnt: --data @{body}: not a text file (not UTF-8)"
+
+
+def test_apply_of_a_directory_applies_its_yaml_files_in_name_order(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path
+) -> None:
+    write_yaml(tmp_path / "20-run.yml", run_manifest("dir-run"))
+    write_yaml(
+        tmp_path / "10-backend.yaml", yaml.safe_load((EXAMPLES / "backend-local.yaml").read_text())
+    )
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    outcome = plnt(capfd, "--nats", bus_url, "apply", "-f", str(tmp_path))
+    assert outcome.code == 0, outcome
+    assert outcome.out.splitlines() == [
+        "plntbackend.plnt.work/gpu-cluster-01 created",
+        "workflowrun.plnt.work/dir-run created",
+    ]
+
+
+def test_apply_of_a_directory_names_the_file_of_a_bad_document_and_applies_nothing(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path
+) -> None:
+    write_yaml(tmp_path / "a.yaml", run_manifest("dir-good"))
+    write_yaml(tmp_path / "b.yaml", run_manifest("Dir_Bad"))
+    line = plnt(capfd, "--nats", bus_url, "apply", "-f", str(tmp_path)).error_line
+    assert line.startswith(f"plnt: {tmp_path / 'b.yaml'}: WorkflowRun 'Dir_Bad'")
+    assert "not found" in plnt(capfd, "--nats", bus_url, "get", "wr", "dir-good").error_line
+
+
+def test_a_relative_file_registry_is_resolved_against_the_manifest_directory(
+    capfd: pytest.CaptureFixture[str],
+    bus_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    project = tmp_path / "project"
+    (project / "registry").mkdir(parents=True)
+    manifest = run_manifest("rel-run")
+    manifest["spec"]["workflow"]["registry"] = "file:./registry"
+    write_yaml(project / "run.yaml", manifest)
+    monkeypatch.chdir(tmp_path)  # not the manifest's directory
+    assert plnt(capfd, "--nats", bus_url, "apply", "-f", "project/run.yaml").code == 0
+    stored = json.loads(plnt(capfd, "--nats", bus_url, "get", "wr", "rel-run", "-o", "json").out)
+    assert stored["spec"]["workflow"]["registry"] == (project / "registry").as_uri()
+
+
+def test_a_relative_file_registry_that_does_not_exist_is_named(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path
+) -> None:
+    manifest = run_manifest("rel-missing")
+    manifest["spec"]["workflow"]["registry"] = "file:../nowhere"
+    path = write_yaml(tmp_path / "run.yaml", manifest)
+    line = plnt(capfd, "--nats", bus_url, "apply", "-f", str(path)).error_line
+    assert line == (
+        f"plnt: WorkflowRun 'rel-missing': registry 'file:../nowhere': "
+        f"{tmp_path.parent / 'nowhere'} is not a directory"
+    )
+
+
+def test_the_local_example_pins_the_digest_of_the_spec_it_ships_with() -> None:
+    run = yaml.safe_load((EXAMPLES / "workflowrun-local.yaml").read_text())
+    workflow = run["spec"]["workflow"]
+    name, version = workflow["ref"].split("@")
+    spec = EXAMPLES / workflow["registry"].removeprefix("file:") / name / version / "workflow.yaml"
+    assert workflow["integrityHash"] == spec_digest(spec.read_bytes())
