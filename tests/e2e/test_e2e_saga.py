@@ -53,6 +53,8 @@ async def test_apply_walks_the_phases_to_ready_and_the_endpoint_serves(
     assert status["observedGeneration"] == 1
     assert status["smoke"]["passed"] is True
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    # Serving is live state, merged in once the watcher has seen the promoted route.
+    assert conditions.pop("Serving", "True") == "True"
     assert conditions == {
         "SpecPulled": "True",
         "CanaryInstalled": "True",
