@@ -1,9 +1,11 @@
 """Calling ``plnt`` in-process and reading what the user would see."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from plnt_cli.main import main
 
@@ -50,3 +52,8 @@ def run_manifest(name: str, **spec: Any) -> dict[str, Any]:
             **spec,
         },
     }
+
+
+def write_yaml(path: Path, *documents: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump_all(documents))
+    return path
