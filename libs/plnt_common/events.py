@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from plnt_common.errors import SpecInvalid
+from plnt_common.golden import GoldenResult
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
 
@@ -95,6 +96,9 @@ class SmokeFigures(_Data):
     error_percent: float = 0.0
     passed: bool = False
     reason: str = ""
+    golden: tuple[GoldenResult, ...] = Field(
+        default=(), description="Each golden case's result, in the order the spec lists them."
+    )
 
 
 class RunRequested(_Data):

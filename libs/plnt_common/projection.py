@@ -340,6 +340,7 @@ def _smoke_status(data: SmokeVerdict) -> SmokeStatus:
         error_percent=figures.error_percent,
         passed=figures.passed,
         reason=figures.reason,
+        golden=figures.golden,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from plnt_common.errors import SpecInvalid
+from plnt_common.golden import MAX_GOLDEN_CASES, GoldenCase, GoldenResult, check_unique_names
 from plnt_common.names import (
     SHA256_PIN,
     check_dns_label,
@@ -125,6 +126,16 @@ class SmokeTest(_Model):
     p95_budget_ms: float = Field(default=2500, gt=0, le=600_000, alias="p95BudgetMs")
     error_budget_percent: float = Field(default=1, ge=0, le=100, alias="errorBudgetPercent")
     payload: dict[str, Any] | None = None
+    golden: tuple[GoldenCase, ...] = Field(
+        default=(),
+        max_length=MAX_GOLDEN_CASES,
+        description="Cases sent to the canary whose reply text must meet their rules.",
+    )
+
+    @field_validator("golden")
+    @classmethod
+    def _golden_names_unique(cls, cases: tuple[GoldenCase, ...]) -> tuple[GoldenCase, ...]:
+        return check_unique_names(cases)
 
 
 class WorkflowRunSpec(_Model):
@@ -157,6 +168,7 @@ class SmokeStatus(_Model):
     error_percent: float = Field(default=0.0, alias="errorPercent")
     passed: bool = False
     reason: str = ""
+    golden: tuple[GoldenResult, ...] = ()
 
 
 class WorkflowRunStatus(_Model):

@@ -235,12 +235,31 @@ def cel_violations(schema: Mapping[str, Any], value: Any) -> list[str]:
     return found
 
 
+def duplicate_map_keys(schema: Mapping[str, Any], value: Any, path: str = "") -> list[str]:
+    """Entries of ``x-kubernetes-list-type: map`` lists that repeat their keys, which the
+    API server refuses as duplicates."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key, item in value.items():
+            if key in props:
+                found += duplicate_map_keys(props[key], item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list) and "items" in schema:
+        if schema.get("x-kubernetes-list-type") == "map":
+            keys = schema["x-kubernetes-list-map-keys"]
+            seen = [tuple(item.get(key) for key in keys) for item in value]
+            found += [f"{path}[{i}]: Duplicate value" for i, k in enumerate(seen) if k in seen[:i]]
+        for index, item in enumerate(value):
+            found += duplicate_map_keys(schema["items"], item, f"{path}[{index}]")
+    return found
+
+
 def admission_errors(kind: str, obj: Mapping[str, Any]) -> list[str]:
     """What the API server would say about creating ``obj`` with our CRD: defaulting,
-    then the OpenAPI schema, then the CEL rules. Empty means admitted."""
+    then the OpenAPI schema and list-map keys, then the CEL rules. Empty means admitted."""
     schema = crd_schema(kind)
     defaulted = apply_defaults(schema, copy.deepcopy(dict(obj)))
-    errors = schema_errors(schema, defaulted)
+    errors = schema_errors(schema, defaulted) + duplicate_map_keys(schema, defaulted)
     return errors or cel_violations(schema, defaulted)
 
 

@@ -16,6 +16,12 @@ MIN_LE_MAX = "self.min <= self.max"
 TRAFFIC = "self.trafficPercent >= 0 && self.trafficPercent <= 100"
 K8S_TARGET = "self.type != 'kubernetes' || has(self.kubernetes)"
 ONE_CREDENTIAL = "self.inCluster != has(self.kubeconfigSecretRef)"
+GOLDEN_HAS_A_RULE = (
+    "(has(self.contains) && size(self.contains) > 0) "
+    "|| (has(self.notContains) && size(self.notContains) > 0) "
+    "|| has(self.matches) || has(self.similarTo)"
+)
+THRESHOLD_NEEDS_REFERENCE = "!has(self.minSimilarity) || has(self.similarTo)"
 
 
 def _named(name: str) -> dict[str, Any]:
@@ -77,6 +83,20 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
             {"inCluster": True, "kubeconfigSecretRef": {"name": "c", "key": "k"}},
         ],
     ),
+    GOLDEN_HAS_A_RULE: (
+        [
+            {"contains": ["parking"]},
+            {"notContains": ["refund"]},
+            {"matches": "(?i)thank"},
+            {"similarTo": "Thanks for the kind words", "minSimilarity": 0.6},
+            {"contains": [], "matches": "x"},
+        ],
+        [{}, {"contains": []}, {"contains": [], "notContains": []}, {"minSimilarity": 0.5}],
+    ),
+    THRESHOLD_NEEDS_REFERENCE: (
+        [{"similarTo": "x", "minSimilarity": 0.5}, {"similarTo": "x"}, {"contains": ["x"]}],
+        [{"minSimilarity": 0.5}, {"contains": ["x"], "minSimilarity": 0.9}],
+    ),
 }
 
 
@@ -127,6 +147,9 @@ def test_root_rules_cover_the_name_rules_the_contract_asks_for() -> None:
     assert placed[MIN_LE_MAX] == ("spec", "replicas")
     assert placed[TRAFFIC] == ("spec", "canary")
     assert placed[NO_DOTDOT] == ("spec", "workflow")
+    golden_expect = ("spec", "smokeTest", "golden", "[]", "expect")
+    assert placed[GOLDEN_HAS_A_RULE] == golden_expect
+    assert placed[THRESHOLD_NEEDS_REFERENCE] == golden_expect
 
 
 def test_a_broken_rule_does_not_compile() -> None:

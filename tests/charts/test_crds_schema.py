@@ -25,7 +25,7 @@ from plnt_chart_kit import (
 )
 
 from plnt_common.errors import SpecInvalid
-from plnt_common.resources import parse_resource
+from plnt_common.resources import WorkflowRun, parse_resource
 from plnt_common.status import ConditionType, Phase
 
 EXAMPLE_SPEC = REPO / "examples" / "registry" / "review-responder" / "1.2.0" / "workflow.yaml"
@@ -225,6 +225,10 @@ def test_a_full_status_as_the_watcher_writes_it_validates() -> None:
             "errorPercent": 0.0,
             "passed": True,
             "reason": "",
+            "golden": [
+                {"name": "polite", "passed": True, "reason": "similarity 0.81", "similarity": 0.81},
+                {"name": "no-refund", "passed": True, "reason": "all rules held"},
+            ],
         },
         "sagaId": "default.review-responder.3.1",
         "message": "Ready",
@@ -243,6 +247,17 @@ def test_example_workflowrun_with_its_integrity_pin_is_admitted() -> None:
     assert admission_errors("WorkflowRun", run) == []
     crd_schema_only = crd_schema("WorkflowRun")
     jsonschema.Draft4Validator(crd_schema_only).validate(apply_defaults(crd_schema_only, run))
+
+
+def test_example_workflowrun_with_golden_cases_is_admitted_and_read() -> None:
+    run = yaml.safe_load((REPO / "examples" / "workflowrun-golden.yaml").read_text())
+    # `plnt apply` stores the relative file: registry as an absolute one
+    run["spec"]["workflow"]["registry"] = (REPO / "examples" / "registry").as_uri()
+    assert admission_errors("WorkflowRun", run) == []
+    parsed = parse_resource(run)
+    assert isinstance(parsed, WorkflowRun)
+    names = [case.name for case in parsed.spec.smoke_test.golden]
+    assert names == ["mixed-review-mentions-parking", "complaint-gets-an-apology"]
 
 
 @pytest.mark.parametrize(
@@ -292,6 +307,48 @@ def _drop(path: str) -> Mutation:
     return mutate
 
 
+def _golden(*cases: dict[str, Any]) -> Mutation:
+    return _set("spec.smokeTest.golden", list(cases))
+
+
+def _case(name: str = "polite-reply", **expect: Any) -> dict[str, Any]:
+    return {"name": name, "input": {"review": "Great service but slow parking"}, "expect": expect}
+
+
+POLITE = _case(
+    contains=["parking"],
+    notContains=["refund"],
+    matches="(?i)thank",
+    similarTo="Thank you; sorry about the parking.",
+    minSimilarity=0.6,
+)
+GOLDEN_CASES: list[tuple[str, Mutation, bool]] = [
+    ("golden-every-rule", _golden(POLITE), True),
+    ("golden-similar-default-threshold", _golden(_case(similarTo="Thanks")), True),
+    ("golden-twenty-cases", _golden(*(_case(f"c{i}", contains=["x"]) for i in range(20))), True),
+    ("golden-21-cases", _golden(*(_case(f"c{i}", contains=["x"]) for i in range(21))), False),
+    ("golden-names-repeat", _golden(POLITE, POLITE), False),
+    ("golden-name-not-a-label", _golden(_case("Polite_Reply", contains=["x"])), False),
+    ("golden-name-64-chars", _golden(_case("a" * 64, contains=["x"])), False),
+    ("golden-no-rule", _golden(_case()), False),
+    ("golden-empty-rule-lists", _golden(_case(contains=[], notContains=[])), False),
+    ("golden-threshold-alone", _golden(_case(contains=["x"], minSimilarity=0.5)), False),
+    ("golden-threshold-above-1", _golden(_case(similarTo="x", minSimilarity=1.2)), False),
+    ("golden-threshold-negative", _golden(_case(similarTo="x", minSimilarity=-0.2)), False),
+    ("golden-empty-text", _golden(_case(contains=[""])), False),
+    ("golden-text-501-chars", _golden(_case(notContains=["x" * 501])), False),
+    ("golden-21-texts", _golden(_case(contains=[f"t{i}" for i in range(21)])), False),
+    ("golden-empty-regex", _golden(_case(matches="")), False),
+    ("golden-reference-2001-chars", _golden(_case(similarTo="x" * 2001)), False),
+    ("golden-unknown-rule", _golden(_case(contain=["x"])), False),
+    ("golden-input-not-a-mapping", _golden({**POLITE, "input": "hi"}), False),
+    ("golden-without-input", _golden({"name": "c", "expect": {"contains": ["x"]}}), False),
+    ("golden-without-expect", _golden({"name": "c", "input": {}}), False),
+]
+"""What both the API server and plnt refuse. Two checks are plnt's alone (CEL cannot see
+them): that matches compiles, and the 16 KiB bound of an input (tests/common)."""
+
+
 WORKFLOWRUN_CASES: list[tuple[str, Mutation, bool]] = [
     ("example", lambda _: None, True),
     ("prerelease-and-build-semver", _set("spec.workflow.ref", "agent@1.2.0-rc.1+build.5"), True),
@@ -336,6 +393,7 @@ WORKFLOWRUN_CASES: list[tuple[str, Mutation, bool]] = [
     ("autoscaling-target-zero", _set("spec.autoscaling.targetInvocationsPerSecond", 0), False),
     ("no-backend", _drop("spec.backend"), False),
     ("no-ref", _drop("spec.workflow.ref"), False),
+    *GOLDEN_CASES,
 ]
 
 

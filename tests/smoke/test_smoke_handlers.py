@@ -1,7 +1,9 @@
 """The smoke step against a real nats-server and a real HTTP runner: verdicts by saga state."""
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -19,6 +21,8 @@ from plnt_common.events import (
     EventType,
     RunFailed,
     RunSnapshot,
+    SmokeFigures,
+    SmokeVerdict,
     follow_up,
     saga_id,
 )
@@ -27,6 +31,7 @@ from plnt_common.status import Phase, Reason
 from plnt_common.testing.events import run_requested
 from plnt_smoke.adapters.harness import SmokeHarness
 from plnt_smoke.handlers import SmokeHandlers
+from plnt_smoke.ports import SimilarityScorer, SimilarityUnavailable
 
 DELIVERY = Delivery(msg=None, attempt=1)  # type: ignore[arg-type]
 
@@ -44,21 +49,33 @@ class Runner:
         return web.json_response({"output": "ok"})
 
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+@contextlib.asynccontextmanager
+async def serving_invoke(invoke: Handler) -> AsyncIterator[str]:
+    """A real HTTP server answering ``POST /invoke`` with ``invoke``; yields its base URL."""
+    app = web.Application()
+    app.router.add_post("/invoke", invoke)
+    async with TestServer(app, host="127.0.0.1") as server:
+        yield str(server.make_url("")).rstrip("/")
+
+
 @pytest.fixture
 async def runner() -> AsyncIterator[tuple[Runner, str]]:
     runner = Runner()
-    app = web.Application()
-    app.router.add_post("/invoke", runner.invoke)
-    async with TestServer(app, host="127.0.0.1") as server:
-        yield runner, str(server.make_url("")).rstrip("/")
+    async with serving_invoke(runner.invoke) as url:
+        yield runner, url
 
 
-def installed(name: str, url: str, *, generation: int = 1) -> Envelope:
+def installed(
+    name: str, url: str, *, generation: int = 1, golden: list[dict[str, Any]] | None = None
+) -> Envelope:
     spec = WorkflowRunSpec.model_validate(
         {
             "workflow": {"ref": "wf@1.0.0", "registry": "file:///registry"},
             "backend": {"cluster": "c"},
-            "smokeTest": {"invocations": 3},
+            "smokeTest": {"invocations": 3, "golden": golden or []},
         }
     )
     run = RunSnapshot(namespace="default", name=name, generation=generation, spec=spec)
@@ -71,17 +88,42 @@ def installed(name: str, url: str, *, generation: int = 1) -> Envelope:
     )
 
 
-async def smoke_events(bus: Bus, name: str) -> list[EventType]:
+async def smoke_verdicts(bus: Bus, name: str) -> list[Envelope]:
     return [
-        stored.event.event_type
+        stored.event
         async for stored in read_events(bus.nc, filter_subject=subjects.run_filter("default", name))
         if stored.event is not None and stored.event.event_type.value.startswith("smoke")
     ]
 
 
-async def handle(bus: Bus, event: Envelope) -> None:
+async def smoke_events(bus: Bus, name: str) -> list[EventType]:
+    return [event.event_type for event in await smoke_verdicts(bus, name)]
+
+
+class WordOverlap:
+    """A ``SimilarityScorer`` for handler tests: the share of reference words in the text."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], list[str]]] = []
+
+    async def similarities(self, *, texts: Sequence[str], references: Sequence[str]) -> list[float]:
+        self.calls.append((list(texts), list(references)))
+        return [
+            len(set(text.split()) & set(ref.split())) / len(set(ref.split()))
+            for text, ref in zip(texts, references, strict=True)
+        ]
+
+
+class NoScorer:
+    async def similarities(self, *, texts: Sequence[str], references: Sequence[str]) -> list[float]:
+        raise SimilarityUnavailable("similarTo needs the golden extra")
+
+
+async def handle(bus: Bus, event: Envelope, scorer: SimilarityScorer | None = None) -> None:
     async with SmokeHarness(request_timeout_s=5) as harness:
-        handlers = SmokeHandlers(bus=bus, harness=harness, concurrency=2)
+        handlers = SmokeHandlers(
+            bus=bus, harness=harness, scorer=scorer or WordOverlap(), concurrency=2
+        )
         await asyncio.wait_for(handlers.handle(event, DELIVERY), timeout=5)
 
 
@@ -122,3 +164,103 @@ async def test_a_superseded_saga_fails_its_smoke_without_waiting_for_invocations
     await handle(bus, event)
     assert await smoke_events(bus, "old") == [EventType.SMOKE_FAILED]
     await bus.close()
+
+
+class ReplyingRunner:
+    """A canary that answers like the runner: ``output.reply`` quotes the review it got,
+    and a review of ``"fail"`` gets a 500."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    async def invoke(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.bodies.append(body)
+        review = body.get("review", "")
+        if review == "fail":
+            return web.json_response({"error": "step failed"}, status=500)
+        reply = f"Thank you for your review: {review}"
+        return web.json_response({"output": {"safety_check": {"ok": True}, "reply": reply}})
+
+
+@pytest.fixture
+async def replying() -> AsyncIterator[tuple[ReplyingRunner, str]]:
+    runner = ReplyingRunner()
+    async with serving_invoke(runner.invoke) as url:
+        yield runner, url
+
+
+def golden_case(name: str, review: str, **expect: Any) -> dict[str, Any]:
+    return {"name": name, "input": {"review": review}, "expect": expect}
+
+
+async def verdict_of(
+    nats_url: str, url: str, cases: list[dict[str, Any]], scorer: SimilarityScorer
+) -> tuple[EventType, SmokeFigures]:
+    """The one verdict the smoke step publishes for a current saga with ``cases``."""
+    bus = await Bus.open(nats_url, service="test")
+    event = installed("golden", url, golden=cases)
+    await advance_latest_saga(bus, "default", "golden", event.sagaid)
+    await handle(bus, event, scorer)
+    (verdict,) = await smoke_verdicts(bus, "golden")
+    await bus.close()
+    data: SmokeVerdict = verdict.payload()
+    return verdict.event_type, data.figures
+
+
+async def test_golden_cases_are_sent_to_the_canary_and_passing_ones_pass(
+    nats_url: str, replying: tuple[ReplyingRunner, str]
+) -> None:
+    runner, url = replying
+    cases = [
+        golden_case("mentions-parking", "slow parking", contains=["parking"], matches="^Thank"),
+        golden_case("close-to-reference", "great food", similarTo="review: great food"),
+    ]
+    scorer = WordOverlap()
+    kind, figures = await verdict_of(nats_url, url, cases, scorer)
+    assert kind is EventType.SMOKE_PASSED
+    assert [(r.name, r.passed) for r in figures.golden] == [
+        ("mentions-parking", True),
+        ("close-to-reference", True),
+    ]
+    assert figures.golden[1].similarity == 1.0
+    assert figures.reason.endswith("golden cases 2/2 passed")
+    assert figures.invocations == 3  # the latency invocations are counted apart
+    assert {"review": "slow parking"} in runner.bodies
+    assert {"review": "great food"} in runner.bodies
+    assert scorer.calls == [(["Thank you for your review: great food"], ["review: great food"])]
+
+
+async def test_a_failing_golden_case_fails_the_smoke_naming_every_failed_case(
+    nats_url: str, replying: tuple[ReplyingRunner, str]
+) -> None:
+    _, url = replying
+    cases = [
+        golden_case("passes", "slow parking", contains=["parking"]),
+        golden_case("wrong-words", "slow parking", contains=["refund"], notContains=["slow"]),
+        golden_case("canary-errors", "fail", contains=["x"]),
+        golden_case("far-from-reference", "great food", similarTo="an apology for the mess"),
+    ]
+    kind, figures = await verdict_of(nats_url, url, cases, WordOverlap())
+    assert kind is EventType.SMOKE_FAILED
+    assert figures.reason.startswith("3 golden cases failed: wrong-words (")
+    assert 'contains "refund" missing; notContains "slow" present' in figures.reason
+    assert "canary-errors (no reply: HTTP 500" in figures.reason
+    assert "far-from-reference (similarity 0.20 < 0.70)" in figures.reason
+    assert "passes" not in figures.reason
+    assert [r.passed for r in figures.golden] == [True, False, False, False]
+
+
+async def test_similar_to_without_a_scorer_fails_the_case_saying_what_to_install(
+    nats_url: str, replying: tuple[ReplyingRunner, str]
+) -> None:
+    _, url = replying
+    cases = [
+        golden_case("plain", "slow parking", contains=["parking"]),
+        golden_case("semantic", "slow parking", similarTo="sorry about the parking"),
+    ]
+    kind, figures = await verdict_of(nats_url, url, cases, NoScorer())
+    assert kind is EventType.SMOKE_FAILED
+    assert figures.reason == (
+        "golden case semantic failed: similarity not scored: similarTo needs the golden extra"
+    )

@@ -7,6 +7,7 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
 from plnt_common.events import EventType
 from plnt_common.runtime import run_service
+from plnt_smoke.adapters.embeddings import SentenceEmbedder
 from plnt_smoke.adapters.harness import SmokeHarness
 from plnt_smoke.handlers import SERVICE, SmokeHandlers
 from plnt_smoke.settings import SmokeSettings
@@ -21,7 +22,12 @@ async def run(settings: SmokeSettings, stop: asyncio.Event) -> None:
     )
     try:
         async with SmokeHarness(request_timeout_s=settings.request_timeout_s) as harness:
-            handlers = SmokeHandlers(bus=bus, harness=harness, concurrency=settings.concurrency)
+            handlers = SmokeHandlers(
+                bus=bus,
+                harness=harness,
+                scorer=SentenceEmbedder(),
+                concurrency=settings.concurrency,
+            )
             await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
     finally:
         await bus.close()

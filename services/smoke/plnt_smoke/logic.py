@@ -4,7 +4,9 @@ import math
 from dataclasses import dataclass
 
 from plnt_common.events import SmokeFigures
+from plnt_common.golden import GoldenResult
 from plnt_common.resources import SmokeTest
+from plnt_smoke.golden import describe_failures
 
 
 @dataclass(frozen=True)
@@ -25,8 +27,11 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[rank - 1]
 
 
-def judge(samples: list[Sample], budget: SmokeTest) -> SmokeFigures:
-    """Figures over all samples; passed when p95 and the error rate are within budget."""
+def judge(
+    samples: list[Sample], budget: SmokeTest, golden: tuple[GoldenResult, ...] = ()
+) -> SmokeFigures:
+    """Figures over all samples; passed when p95 and the error rate are within budget
+    and every golden case passed (the failed cases are named in the reason)."""
     latencies = [s.latency_ms for s in samples]
     errors = [s for s in samples if not s.ok]
     error_percent = 100.0 * len(errors) / len(samples) if samples else 100.0
@@ -40,10 +45,14 @@ def judge(samples: list[Sample], budget: SmokeTest) -> SmokeFigures:
         )
     if p95 > budget.p95_budget_ms:
         problems.append(f"p95 {p95:.0f} ms over budget {budget.p95_budget_ms:g} ms")
+    golden_failures = describe_failures(golden)
+    if golden_failures:
+        problems.insert(0, golden_failures)
     passed = not problems
+    golden_passed = f", golden cases {len(golden)}/{len(golden)} passed" if golden else ""
     reason = (
         f"p95 {p95:.0f} ms <= {budget.p95_budget_ms:g} ms, "
-        f"errors {error_percent:.1f}% <= {budget.error_budget_percent:g}%"
+        f"errors {error_percent:.1f}% <= {budget.error_budget_percent:g}%{golden_passed}"
         if passed
         else "; ".join(problems)
     )
@@ -54,4 +63,5 @@ def judge(samples: list[Sample], budget: SmokeTest) -> SmokeFigures:
         error_percent=round(error_percent, 2),
         passed=passed,
         reason=reason,
+        golden=golden,
     )

@@ -1,11 +1,14 @@
-"""Calls a canary's ``POST /invoke`` N times with bounded concurrency over one pooled session."""
+"""Calls a canary's ``POST /invoke`` with bounded concurrency over one pooled session."""
 
 import asyncio
+import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 
+from plnt_smoke.golden import GoldenAnswer, reply_text
 from plnt_smoke.logic import Sample
 
 
@@ -26,25 +29,48 @@ class SmokeHarness:
         self, *, url: str, payload: dict[str, Any], invocations: int, concurrency: int
     ) -> list[Sample]:
         """Every invocation's sample; errors are samples too, never exceptions."""
-        assert self._session is not None, "use SmokeHarness as an async context manager"
-        session = self._session
         slots = asyncio.Semaphore(concurrency)
+        calls = [self._call(url, payload, slots, keep_body=False) for _ in range(invocations)]
+        return [sample for sample, _ in await asyncio.gather(*calls)]
 
-        async def one() -> Sample:
-            async with slots:
-                started = time.perf_counter()
-                try:
-                    async with session.post(f"{url}/invoke", json=payload) as response:
-                        body = await response.read()
-                        elapsed = (time.perf_counter() - started) * 1000
-                        if response.status >= 300:
-                            detail = body[:200].decode(errors="replace")
-                            return Sample(
-                                elapsed, ok=False, error=f"HTTP {response.status}: {detail}"
-                            )
-                        return Sample(elapsed, ok=True)
-                except (aiohttp.ClientError, TimeoutError) as exc:
+    async def answers(
+        self, *, url: str, payloads: Sequence[dict[str, Any]], concurrency: int
+    ) -> list[GoldenAnswer]:
+        """The reply text to each payload, in order; a failed call is an answer without text."""
+        slots = asyncio.Semaphore(concurrency)
+        calls = await asyncio.gather(
+            *(self._call(url, payload, slots, keep_body=True) for payload in payloads)
+        )
+        return [_answer(sample, body) for sample, body in calls]
+
+    async def _call(
+        self, url: str, payload: dict[str, Any], slots: asyncio.Semaphore, *, keep_body: bool
+    ) -> tuple[Sample, bytes]:
+        assert self._session is not None, "use SmokeHarness as an async context manager"
+        async with slots:
+            started = time.perf_counter()
+            try:
+                async with self._session.post(f"{url}/invoke", json=payload) as response:
+                    body = await response.read()
                     elapsed = (time.perf_counter() - started) * 1000
-                    return Sample(elapsed, ok=False, error=f"{type(exc).__name__}: {exc}")
+                    if response.status >= 300:
+                        detail = body[:200].decode(errors="replace")
+                        error = f"HTTP {response.status}: {detail}"
+                        return Sample(elapsed, ok=False, error=error), b""
+                    return Sample(elapsed, ok=True), body if keep_body else b""
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                elapsed = (time.perf_counter() - started) * 1000
+                return Sample(elapsed, ok=False, error=f"{type(exc).__name__}: {exc}"), b""
 
-        return list(await asyncio.gather(*(one() for _ in range(invocations))))
+
+def _answer(sample: Sample, body: bytes) -> GoldenAnswer:
+    if not sample.ok:
+        return GoldenAnswer(text=None, error=sample.error)
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return GoldenAnswer(text=None, error="the canary's answer is not JSON")
+    text = reply_text(decoded)
+    if text is None:
+        return GoldenAnswer(text=None, error="the canary's answer has no output")
+    return GoldenAnswer(text=text)
