@@ -123,14 +123,19 @@ async def delete(
 
 async def wait_until_gone(
     session: Session, *, kind: str, namespace: str | None, name: str, timeout_s: float
-) -> None:
-    async def gone() -> None:
+) -> bool:
+    """Return once the object is gone: True if it was there when the wait began."""
+
+    async def gone() -> bool:
+        was_there = False
         async for stored in session.store.watch_object(kind, namespace, name):
             if stored is None:
-                return
+                return was_there
+            was_there = True
+        return was_there
 
     try:
-        await asyncio.wait_for(gone(), timeout=timeout_s)
+        return await asyncio.wait_for(gone(), timeout=timeout_s)
     except TimeoutError:
         raise PlntError(f"{name} still exists after {timeout_s:g}s") from None
 

@@ -228,10 +228,10 @@ async def wait_command(args: argparse.Namespace) -> int:
 
     async def work(session: commands.Session) -> None:
         if key == "delete":
-            await commands.wait_until_gone(
+            was_there = await commands.wait_until_gone(
                 session, kind=kind, namespace=args.namespace, name=args.name, timeout_s=timeout
             )
-            say(f"workflowrun.plnt.work/{args.name} deleted")
+            say(f"workflowrun.plnt.work/{args.name} {'deleted' if was_there else 'not found'}")
         else:
             await commands.wait_for_phase(
                 session,
