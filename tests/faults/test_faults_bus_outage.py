@@ -45,6 +45,21 @@ async def test_a_saga_survives_the_bus_being_unreachable_for_ten_seconds(
     assert kinds[EventType.RUN_READY] == 1
 
 
+async def wait_consumed(
+    client: Client, services: tuple[str, ...], *, through: int, timeout_s: float = 30
+) -> None:
+    """Until each service's durable consumer acknowledged every message up to ``through``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for service in services:
+        durable = subjects.durable_name(service)
+        while True:
+            info = await client.bus.js.consumer_info(subjects.STREAM, durable)
+            if info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= through:
+                break
+            assert asyncio.get_running_loop().time() < deadline, (service, info.ack_floor)
+            await asyncio.sleep(0.05)
+
+
 async def test_stale_events_of_an_older_generation_never_promote(
     client: Client, registry: Path
 ) -> None:
@@ -60,11 +75,13 @@ async def test_stale_events_of_an_older_generation_never_promote(
     ]
     assert len(replayed) == 2
 
+    last = 0
     for event in replayed:  # as a broken producer would: new ids, no Nats-Msg-Id to dedup
         fresh = event.model_copy(update={"id": f"replayed-{event.id}"})
         subject = subjects.event_subject(event.event_type, event.namespace, event.name)
-        await client.bus.js.publish(subject, fresh.model_dump_json().encode())
-    await asyncio.sleep(2)
+        last = (await client.bus.js.publish(subject, fresh.model_dump_json().encode())).seq
+    # every consumer of those events handled and acknowledged them before anything is judged
+    await wait_consumed(client, ("smoke", "promoter", "watcher"), through=last)
 
     status = await client.status("stale")
     assert (status["phase"], status["revision"], status["observedGeneration"]) == (
