@@ -24,6 +24,7 @@ from stack_support import (
     workflow_named,
 )
 
+from plnt_cli import render
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
 from plnt_common.routes import RouteEntry
@@ -208,3 +209,30 @@ def serving_is(wanted: str) -> Callable[[dict[str, Any] | None], bool]:
         return condition is not None and condition["status"] == wanted
 
     return check
+
+
+async def test_a_runner_the_local_backend_gives_up_on_reads_not_serving_runner_failed(
+    tmp_path: Path, registry: Path
+) -> None:
+    name = "follow-gave-up"
+    stack = await asyncio.to_thread(
+        start_stack, tmp_path / "stack", env={"PLNT_LOCAL_BACKEND_MAX_RESTARTS": "0"}
+    )
+    try:
+        bus = await Bus.open(stack.config.nats_url, service="test", wait_for_server=True)
+        client = Client(bus)
+        await client.apply(backend_document())
+        await deploy(client, registry, name)
+        os.kill(await observed_pid(client, name), signal.SIGKILL)
+
+        body = await client.wait_for(name, serving_is("False"), timeout_s=BACK_WITHIN_S)
+        await bus.close()
+    finally:
+        await asyncio.to_thread(stack.stop)
+    assert body is not None
+    condition = serving_condition(body["status"])
+    assert condition is not None and condition["reason"] == "RunnerFailed"
+    assert "gave up after 1 failed starts in a row" in condition["message"]
+    assert body["status"]["phase"] == "Ready"  # the saga's history is unchanged
+    row = render.workflowrun_rows([body]).splitlines()[1]
+    assert "Ready   False (RunnerFailed)" in row

@@ -4,7 +4,8 @@ It is not saga history: ``plnt-runs`` (what ``plnt replay`` rebuilds) never hold
 The promoter keeps each route target's ``serving``, ``reason`` and ``since`` in step
 with what the backend observes; ``ServingLoop`` follows ``plnt-routes``, and every status
 the watcher writes gets the condition merged in (``with_serving``). A change of the
-condition alone rewrites the run's status from its newest projection.
+condition alone rewrites the run's status from its newest projection, unless a saga is in
+flight (its next status write carries it).
 """
 
 import asyncio

@@ -82,9 +82,13 @@ class ConvergingStatus:
         return await self._converge(namespace=namespace, name=name, revision=revision)
 
     async def refresh(self, namespace: str, name: str) -> None:
-        """Rewrite the status from the newest projection (a run without one is left alone)."""
+        """Rewrite the status from the newest projection, for a changed ``Serving``.
+
+        Left alone: a run without a projection, and one whose saga is in flight (its next
+        event's status write carries the condition, so a deploy costs no extra write).
+        """
         newest, revision = await self._projections.read(namespace=namespace, name=name)
-        if newest is not None and not newest.removed:
+        if newest is not None and not newest.removed and not newest.saga_active:
             await self.write_folded(
                 namespace=namespace, name=name, status=status_document(newest), revision=revision
             )
