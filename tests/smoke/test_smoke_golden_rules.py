@@ -53,14 +53,14 @@ RULES: list[tuple[str, dict[str, Any], Similarity, bool, str]] = [
         {"similarTo": "thanks", "minSimilarity": 0.6},
         Similarity(0.81),
         True,
-        "similarity 0.81",
+        "all rules held (similarity 0.81)",
     ),
     (
         "similar-at-threshold",
         {"similarTo": "thanks", "minSimilarity": 0.6},
         Similarity(0.6),
         True,
-        "similarity 0.60",
+        "all rules held (similarity 0.60)",
     ),
     (
         "similar-below-threshold",

@@ -65,7 +65,7 @@ def judge_case(case: GoldenCase, answer: GoldenAnswer, similarity: Similarity) -
         return GoldenResult(
             name=case.name, passed=False, reason="; ".join(failures), similarity=score
         )
-    held = f"similarity {score:.2f}" if score is not None else "all rules held"
+    held = "all rules held" if score is None else f"all rules held (similarity {score:.2f})"
     return GoldenResult(name=case.name, passed=True, reason=held, similarity=score)
 
 
