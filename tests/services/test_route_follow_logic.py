@@ -1,6 +1,8 @@
 """Pure decisions of routes following what serves: the promoter's ``followed``, the
 watcher's ``Serving`` condition, and the local-backend's preferred port."""
 
+import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
@@ -9,7 +11,7 @@ from plnt_common.releases import ObservedRelease, ReleasePhase
 from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_local_backend.logic import preferred_port
 from plnt_promoter.logic import followed
-from plnt_watcher.serving import Serving, serving_of, with_serving
+from plnt_watcher.serving import Serving, ServingLoop, serving_of, with_serving
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 OLD = "http://127.0.0.1:40001"
@@ -159,3 +161,30 @@ def test_a_runner_starts_again_on_its_last_port_unless_that_failed(
     last_url: str, failures: int, expected: int | None
 ) -> None:
     assert preferred_port(last_url=last_url, failures_in_a_row=failures) == expected
+
+
+async def test_a_serving_change_whose_status_write_failed_is_written_again() -> None:
+    attempts: list[tuple[str, str]] = []
+    written = asyncio.Event()
+
+    async def refresh(namespace: str, name: str) -> None:
+        attempts.append((namespace, name))
+        if len(attempts) == 1:
+            raise ConnectionError("NATS away")
+        written.set()
+
+    async def feed() -> AsyncIterator[tuple[str, RouteEntry | None]]:
+        yield "default.shop", entry(target())
+        await asyncio.Event().wait()  # a watch that stays open
+
+    loop = ServingLoop(feed=feed, retry_s=0.05)
+    stop = asyncio.Event()
+    running = asyncio.create_task(loop.run(stop, refresh=refresh))
+    await asyncio.wait_for(written.wait(), timeout=5)
+    stop.set()
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+
+    assert attempts == [("default", "shop"), ("default", "shop")]
+    serving = loop.lookup("default", "shop")
+    assert serving is not None and serving.ok

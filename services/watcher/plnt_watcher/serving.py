@@ -88,6 +88,9 @@ def with_serving(status: dict[str, Any], serving: Serving | None) -> dict[str, A
     return {**status, "conditions": conditions}
 
 
+RETRY_S = 1.0
+"""Between two attempts at a status write that failed."""
+
 RouteFeed = Callable[[], AsyncIterator[tuple[str, RouteEntry | None]]]
 Refresh = Callable[[str, str], Awaitable[None]]
 
@@ -95,22 +98,30 @@ Refresh = Callable[[str, str], Awaitable[None]]
 class ServingLoop:
     """Follows the routes; ``lookup`` answers from memory, ``refresh`` rewrites a status."""
 
-    def __init__(self, *, feed: RouteFeed) -> None:
+    def __init__(self, *, feed: RouteFeed, retry_s: float = RETRY_S) -> None:
         self._feed = feed
+        self._retry_s = retry_s
         self._serving: dict[tuple[str, str], Serving] = {}
+        self._unwritten: set[tuple[str, str]] = set()
+        """Runs whose changed condition could not be written yet."""
 
     def lookup(self, namespace: str, name: str) -> Serving | None:
         return self._serving.get((namespace, name))
 
     async def run(self, stop: asyncio.Event, *, refresh: Refresh) -> None:
-        while not stop.is_set():
-            try:
-                async for key, entry in self._feed():
-                    namespace, _, name = key.partition(".")
-                    await self._changed((namespace, name), serving_of(entry), refresh)
-            except Exception as exc:  # a broken watch starts again from the current values
-                log.warning("serving.watch_restarted", error=repr(exc))
-                await asyncio.sleep(0.5)
+        retrying = asyncio.create_task(self._retry(stop, refresh))
+        try:
+            while not stop.is_set():
+                try:
+                    async for key, entry in self._feed():
+                        namespace, _, name = key.partition(".")
+                        await self._changed((namespace, name), serving_of(entry), refresh)
+                except Exception as exc:  # a broken watch starts again from the current values
+                    log.warning("serving.watch_restarted", error=repr(exc))
+                    await asyncio.sleep(0.5)
+        finally:
+            retrying.cancel()
+            await asyncio.gather(retrying, return_exceptions=True)
 
     async def _changed(
         self, run: tuple[str, str], serving: Serving | None, refresh: Refresh
@@ -128,7 +139,19 @@ class ServingLoop:
             serving=None if serving is None else serving.ok,
             reason=serving.reason if serving else "",
         )
+        await self._write(run, refresh)
+
+    async def _write(self, run: tuple[str, str], refresh: Refresh) -> None:
         try:
             await refresh(*run)
-        except Exception as exc:  # the next event's status write carries it anyway
+        except Exception as exc:  # NATS or the API away: tried again every retry_s
             log.warning("serving.status_write_failed", error=repr(exc))
+            self._unwritten.add(run)
+        else:
+            self._unwritten.discard(run)
+
+    async def _retry(self, stop: asyncio.Event, refresh: Refresh) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(self._retry_s)
+            for run in list(self._unwritten):
+                await self._write(run, refresh)
