@@ -4,8 +4,11 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -18,29 +21,33 @@ from plnt_common.subjects import ROUTES_BUCKET
 
 Factory = Callable[..., Awaitable[Any]]
 Wait = Callable[..., Awaitable[None]]
-Spawn = Callable[[str], Awaitable[tuple[asyncio.subprocess.Process, str]]]
+Spawn = Callable[..., Awaitable[tuple[asyncio.subprocess.Process, str]]]
 
 
 @pytest.fixture
-async def spawn_router() -> AsyncIterator[Spawn]:
-    """Start the router process against a NATS URL; returns it and the URL it printed."""
+async def spawn_router(tmp_path: Path) -> AsyncIterator[Spawn]:
+    """Start the router process against a NATS URL; returns it and the URL it printed.
+
+    Keyword arguments are more ``PLNT_ROUTER_*`` settings; its log goes to ``router.log``."""
     processes: list[asyncio.subprocess.Process] = []
 
-    async def spawn(nats_url: str) -> tuple[asyncio.subprocess.Process, str]:
+    async def spawn(nats_url: str, **settings: str) -> tuple[asyncio.subprocess.Process, str]:
         env = {
             **os.environ,
             "PLNT_NATS_URL": nats_url,
             "PLNT_ROUTER_PORT": "0",
             "PLNT_ROUTER_SHUTDOWN_GRACE_S": "10",
+            **{f"PLNT_ROUTER_{name.upper()}": value for name, value in settings.items()},
         }
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "plnt_router",
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+        with (tmp_path / "router.log").open("ab") as log:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "plnt_router",
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+            )
         processes.append(process)
         assert process.stdout is not None
         line = (await asyncio.wait_for(process.stdout.readline(), timeout=20)).decode().strip()
@@ -102,3 +109,35 @@ async def test_router_process_is_live_but_not_ready_without_nats(
         assert response.status == 503
     process.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(process.wait(), timeout=10) == 0
+
+
+async def test_router_process_answers_protocol_errors_and_late_headers_in_json_without_tracebacks(
+    nats_url: str, spawn_router: Spawn, tmp_path: Path
+) -> None:
+    process, router = await spawn_router(nats_url, header_timeout_s="0.5")
+    address = urlsplit(router)
+
+    async def exchange(data: bytes) -> tuple[bytes, float]:
+        reader, writer = await asyncio.open_connection(address.hostname, address.port)
+        started = time.monotonic()
+        writer.write(data)
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return answer, time.monotonic() - started
+
+    flood = b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(300))
+    answer, _ = await exchange(flood + b"\r\n")
+    assert answer.startswith(b"HTTP/1.0 400 ") or answer.startswith(b"HTTP/1.1 400 "), answer
+    assert b'"code": "too_many_headers"' in answer
+
+    answer, elapsed = await exchange(b"POST /workflows/x/invoke HTTP/1.1\r\nHost: x\r\n")
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout")
+    assert b'"code": "header_timeout"' in answer
+    assert elapsed < 1.5
+
+    process.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(process.wait(), timeout=10) == 0
+    log = (tmp_path / "router.log").read_text()
+    assert log.count("router.header_timeout") == 1  # one line, no traceback
+    assert "Traceback" not in log
+    assert '"level": "error"' not in log

@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.streams import StreamReader
 
 from plnt_common.logs import get_logger
 from plnt_router.responses import json_error
@@ -46,32 +47,34 @@ class GuardedRequestHandler(web.RequestHandler):
         super().__init__(manager, **kwargs)
         self._header_timeout_s = header_timeout_s
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body: StreamReader | None = None
+        """The body of the last request parsed: until it is complete, bytes are body bytes."""
 
     def data_received(self, data: bytes) -> None:
+        parsed = self._request_count
         super().data_received(data)
-        # aiohttp waits on ``_waiter`` between requests; bytes that leave it pending are
-        # the start of a request whose headers are not complete yet.
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            if self._header_timer is None:
-                self._header_timer = self._loop.call_later(
-                    self._header_timeout_s, self._headers_timed_out
-                )
-        elif self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        if self._request_count != parsed:  # these bytes completed a request's headers
+            self._body = self._messages[-1][1] if self._messages else None
+            self._stop_header_timer()
+        elif self._header_timer is None and (self._body is None or self._body.is_eof()):
+            # The first bytes of a request whose headers are not complete yet.
+            self._header_timer = self._loop.call_later(
+                self._header_timeout_s, self._headers_timed_out, parsed
+            )
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        self._stop_header_timer()
+        super().connection_lost(exc)
+
+    def _stop_header_timer(self) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
-        super().connection_lost(exc)
 
-    def _headers_timed_out(self) -> None:
+    def _headers_timed_out(self, parsed: int) -> None:
         self._header_timer = None
-        waiter = self._waiter
-        if waiter is None or waiter.done() or self.transport is None:
-            return  # the headers completed meanwhile
+        if self._request_count != parsed or self._request_in_progress or self.transport is None:
+            return  # the headers completed meanwhile, or an answer is being written
         log.info("router.header_timeout", timeout_s=self._header_timeout_s)
         self.transport.write(header_timeout_answer(self._header_timeout_s))
         self.force_close()
