@@ -98,8 +98,12 @@ BINARY = b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary"
         (lambda path: None, "no such file"),
         (lambda path: path.write_text("# nothing\n"), "no resources in the file"),
         (lambda path: path.write_text("- just\n- a list\n"), "a resource must be a mapping"),
+        (
+            lambda path: path.write_text('"'),
+            "not valid YAML at line 1: did not expect end of stream",
+        ),
     ],
-    ids=["binary", "metadata-string", "empty-directory", "missing", "empty", "list"],
+    ids=["binary", "metadata-string", "empty-directory", "missing", "empty", "list", "unclosed"],
 )
 def test_a_bad_manifest_is_one_line_naming_it(
     capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path, write: Any, expected: str

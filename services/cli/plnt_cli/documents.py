@@ -65,6 +65,8 @@ def _parse_text(text: str, *, source: str, base: Path) -> list[Document]:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        # PyYAML's "found unexpected end of stream" reads like plnt's own bug report
+        problem = problem.replace("found unexpected", "did not expect")
         raise SpecInvalid(f"{source}: not valid YAML{at}: {problem}") from None
     if not bodies:
         raise SpecInvalid(f"{source}: no resources in the file")
