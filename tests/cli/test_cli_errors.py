@@ -134,3 +134,12 @@ def test_a_binary_data_file_is_one_line_naming_it(
     body.write_bytes(BINARY)
     line = plnt(capfd, "--nats", bus_url, "invoke", "x", "--data", f"@{body}").error_line
     assert line == f"plnt: --data @{body}: not a text file (not UTF-8)"
+
+
+def test_a_bad_manifest_is_named_before_the_bus_is_tried(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text("kind: [unclosed")
+    line = plnt(capfd, "--nats", "nats://127.0.0.1:1", "apply", "-f", str(manifest)).error_line
+    assert "not valid YAML" in line

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from plnt_cli.commands import parse_condition, parse_duration, resolve_kind
+from plnt_cli.documents import parse_documents, read_documents
 from plnt_common.errors import SpecInvalid
 from plnt_common.names import check_dns_label, check_namespace, check_run_name
 
@@ -64,9 +65,12 @@ def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
     """Check and normalise ``args`` in place; raises ``SpecInvalid`` naming the argument.
 
     After it: ``kind`` is the resolved kind, ``timeout`` seconds, ``condition`` a
-    ``(key, value)`` pair, ``data`` the decoded JSON body.
+    ``(key, value)`` pair, ``data`` the decoded JSON body, and ``resources`` what
+    ``apply`` will apply, read and validated before any connection is made.
     """
     command = args.command
+    if command == "apply":
+        args.resources = parse_documents(read_documents(args.filename), namespace=args.namespace)
     if command in ("get", "delete", "wait"):
         args.kind = resolve_kind(args.kind)
         if args.name is not None:

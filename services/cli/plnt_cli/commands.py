@@ -8,7 +8,6 @@ from typing import Any
 import aiohttp
 
 from plnt_cli import render
-from plnt_cli.documents import parse_documents, read_documents
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_dead_letters, read_events
@@ -62,8 +61,8 @@ class Session:
 ROOM_FOR_STATUS_AND_EVENTS = 64 * 1024
 
 
-async def apply(session: Session, *, path: str, namespace: str | None) -> list[str]:
-    resources = parse_documents(read_documents(path), namespace=namespace)
+async def apply(session: Session, resources: list[Resource]) -> list[str]:
+    """Apply resources already read and validated (``documents``); one line per resource."""
     for resource in resources:
         check_fits_the_bus(resource, max_payload=session.bus.nc.max_payload)
     lines = []

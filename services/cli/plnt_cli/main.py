@@ -171,9 +171,7 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
     nats: str | None = args.nats
     command = args.command
     if command == "apply":
-        lines = await with_session(
-            nats, lambda s: commands.apply(s, path=args.filename, namespace=args.namespace)
-        )
+        lines = await with_session(nats, lambda s: commands.apply(s, args.resources))
         for line in lines:
             say(line)
     elif command == "get":
