@@ -59,6 +59,16 @@ class RouteEntry(BaseModel):
     def has_ready_target(self) -> bool:
         return self.stable is not None or (self.canary is not None and self.canary_weight > 0)
 
+    def serving_only(self) -> "RouteEntry":
+        """The entry as calls see it: a target whose runner is down is left out (its share
+        goes to the other one; with neither, nothing is ready)."""
+        stable = self.stable if self.stable is not None and self.stable.serving else None
+        canary = self.canary if self.canary is not None and self.canary.serving else None
+        if stable is self.stable and canary is self.canary:
+            return self
+        weight = self.canary_weight if canary is not None else 0
+        return self.model_copy(update={"stable": stable, "canary": canary, "canary_weight": weight})
+
 
 def route_key(namespace: str, name: str) -> str:
     return f"{namespace}.{name}"

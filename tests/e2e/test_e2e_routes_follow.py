@@ -226,6 +226,9 @@ async def test_a_runner_the_local_backend_gives_up_on_reads_not_serving_runner_f
         os.kill(await observed_pid(client, name), signal.SIGKILL)
 
         body = await client.wait_for(name, serving_is("False"), timeout_s=BACK_WITHIN_S)
+        # The router sends nothing to a runner reported down: 503 nothing ready, not 502.
+        await asyncio.sleep(0.5)
+        code, _, answer = await invoke(invoke_url(stack, name), {"review": "fine"})
         await bus.close()
     finally:
         await asyncio.to_thread(stack.stop)
@@ -234,5 +237,6 @@ async def test_a_runner_the_local_backend_gives_up_on_reads_not_serving_runner_f
     assert condition is not None and condition["reason"] == "RunnerFailed"
     assert "gave up after 1 failed starts in a row" in condition["message"]
     assert body["status"]["phase"] == "Ready"  # the saga's history is unchanged
+    assert code == 503, answer
     row = render.workflowrun_rows([body]).splitlines()[1]
     assert "Ready   False (RunnerFailed)" in row

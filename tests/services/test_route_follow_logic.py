@@ -188,3 +188,18 @@ async def test_a_serving_change_whose_status_write_failed_is_written_again() -> 
     assert attempts == [("default", "shop"), ("default", "shop")]
     serving = loop.lookup("default", "shop")
     assert serving is not None and serving.ok
+
+
+def test_calls_see_only_serving_targets() -> None:
+    canary = target("1.1.0-g2")
+    down_canary = entry(target(), canary.model_copy(update={"serving": False}), weight=10)
+    assert down_canary.serving_only() == entry(target(), None, weight=0)
+
+    down_stable = entry(target(serving=False), canary, weight=10)
+    assert down_stable.serving_only() == entry(None, canary, weight=10)
+
+    both_down = entry(target(serving=False), None)
+    assert not both_down.serving_only().has_ready_target()
+
+    serving = entry(target(), canary, weight=10)
+    assert serving.serving_only() is serving

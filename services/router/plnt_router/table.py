@@ -49,7 +49,12 @@ class RouteTable:
         return iter(list(self._routes.values()))
 
     def put(self, *, key: str, entry: RouteEntry) -> None:
-        """Insert or replace ``key``; an existing route keeps its split counter."""
+        """Insert or replace ``key``; an existing route keeps its split counter.
+
+        Stored as ``entry.serving_only()``: a runner the backend reports down gets no
+        calls, decided here once per route change rather than per request.
+        """
+        entry = entry.serving_only()
         route = self._routes.get(key)
         if route is None:
             self._routes[key] = Route(entry=entry)
@@ -68,7 +73,8 @@ class RouteTable:
         deleted while the router was disconnected disappear too.
         """
         fresh: dict[str, Route] = {}
-        for key, entry in entries.items():
+        for key, listed in entries.items():
+            entry = listed.serving_only()
             route = self._routes.get(key)
             if route is None:
                 fresh[key] = Route(entry=entry)
