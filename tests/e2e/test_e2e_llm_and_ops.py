@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from stack_fixtures import start_stack
 from stack_support import Client, invoke, publish_spec, run_document, workflow_named
 
@@ -105,14 +106,30 @@ async def test_runner_steps_call_the_backends_llm_with_its_key(
     assert {r.body["model"] for r in fake_llm.received} == {"fake-model"}
 
 
-async def test_saga_services_serve_prometheus_metrics(client: Client, metrics_port: int) -> None:
+async def test_saga_services_serve_prometheus_metrics(
+    client: Client, registry: Path, metrics_port: int
+) -> None:
+    publish_spec(registry, workflow_named("metered"))
+    await client.apply(run_document("metered", registry=registry, backend="llm-cluster"))
+    await client.wait_phase("metered", "Ready")
     async with (
         aiohttp.ClientSession() as http,
         http.get(f"http://127.0.0.1:{metrics_port}/metrics") as response,
     ):
         text = await response.text()
     assert response.status == 200
-    assert "plnt_saga_step_duration_seconds" in text
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    installer = ("service", "installer")
+    # the installer's install step, as the consumer timed it, counted it and its effect
+    step = (("event", "spec.pulled"), ("outcome", "ok"), installer)
+    assert samples[("plnt_saga_step_duration_seconds_count", step)] >= 1
+    assert samples[("plnt_saga_step_runs_total", (installer, ("step", "spec.pulled")))] >= 1
+    effect = (("effect", "canary_install"), installer)
+    assert samples[("plnt_side_effects_total", effect)] >= 1
 
 
 def test_plnt_up_reports_its_ports_and_ctrl_c_stops_every_process(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from stack_support import Client, invoke, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor
@@ -182,7 +183,7 @@ async def test_delete_removes_routes_releases_and_then_the_resource(
 async def routes_entry(client: Client, name: str) -> tuple[bytes | None, int]:
     try:
         entry = await client.bus.routes.get(f"default.{name}")
-    except Exception:  # KeyNotFoundError / KeyDeletedError
+    except (KeyNotFoundError, KeyDeletedError):  # removed; any other failure fails the test
         return None, 0
     return entry.value or None, entry.revision or 0
 

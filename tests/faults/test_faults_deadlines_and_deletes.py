@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from side_effects import counting_env, side_effects
 from stack_fixtures import start_stack
 from stack_support import (
     Client,
@@ -24,8 +25,14 @@ SMOKING_DEADLINE_S = 3
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
+def counted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("deadline-metrics")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, counted: Path) -> Iterator[Supervisor]:
     env = {
+        **counting_env(counted),
         "PLNT_WATCHER_DEADLINE_SMOKING_S": str(SMOKING_DEADLINE_S),
         "PLNT_SMOKE_REQUEST_TIMEOUT_S": "120",
     }
@@ -51,8 +58,9 @@ async def silent_upstream() -> AsyncIterator[str]:
 
 
 async def test_a_smoke_step_past_its_deadline_is_timed_out_and_compensated(
-    client: Client, registry: Path, silent_upstream: str
+    client: Client, registry: Path, silent_upstream: str, counted: Path
 ) -> None:
+    before = side_effects(counted)
     steps = [{"id": "hang", "tool": "http.request", "with": {"url": silent_upstream}}]
     publish_spec(registry, workflow_named("stuck", steps=steps))
     await client.apply(run_document("stuck", registry=registry))
@@ -68,6 +76,18 @@ async def test_a_smoke_step_past_its_deadline_is_timed_out_and_compensated(
             break
         await asyncio.sleep(0.1)
     assert await client.release_keys("stuck") == []
+    # compensated once: the canary's share taken out, the canary removed, one end claimed
+    # (the hung smoke run may end on the runner's own request timeout: not counted here)
+    done = side_effects(counted)
+    done.subtract(before)
+    assert {key: n for key, n in done.items() if n and key[0] != "smoke"} == {
+        ("puller", "spec_store"): 1,
+        ("installer", "canary_install"): 1,
+        ("local-backend", "runner_start"): 1,
+        ("promoter", "route_write"): 2,  # the canary's share, then its removal
+        ("installer", "canary_removal"): 1,
+        ("installer", "terminal_claim"): 1,
+    }, done
 
 
 async def reach(client: Client, name: str, phase: str) -> None:

@@ -253,9 +253,13 @@ async def test_a_watch_that_ends_is_resumed_without_losing_changes(
         await asyncio.sleep(1.5)  # the first watch request timed out and was resumed
         await in_thread(create_run, objects, "late")
         await seen.wait_for(lambda: len(seen.changes) == 1)
-
-    watches = [s for s in emulator.served() if "watch=" in s.path]
-    assert len(watches) >= 1
+        # the first watch ended at its 1 s timeout (a watch is served once it ends) and
+        # another is open: resumed, without listing again
+        ended = [s for s in emulator.served() if "watch=" in s.path]
+        assert len(ended) >= 1, emulator.served()
+        assert len(emulator.open_watches("workflowruns")) == 1
+    lists = [s for s in emulator.served() if s.method == "GET" and "watch" not in s.path]
+    assert len(lists) == 1, lists
     assert seen.names()[0][0] == "late"
     assert seen.errors == []
 

@@ -4,7 +4,10 @@
 so both keep the same promises; scheme-specific behaviour has its own tests below.
 """
 
+import asyncio
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -136,14 +139,55 @@ async def test_file_registry_refuses_a_directory_where_the_spec_should_be(
         await FileRegistry().fetch(registry=file_source.url, name=WORKFLOW, version=VERSION)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file whatever its mode")
-async def test_file_registry_reports_an_unreadable_spec_as_not_found(
-    file_source: FileSource,
-) -> None:
-    file_source.publish(workflow_yaml())
-    (file_source.root / WORKFLOW / VERSION / "workflow.yaml").chmod(0)
-    with pytest.raises(SpecNotFound, match="not readable"):
-        await FileRegistry().fetch(registry=file_source.url, name=WORKFLOW, version=VERSION)
+NOBODY = 65534
+
+
+def fetch_as_unprivileged_user(registry: str) -> str:
+    """Fetch in a forked child that runs as ``nobody`` when we are root (root reads every
+    file whatever its mode); the outcome comes back as one line through a pipe."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        outcome = "fetched"
+        try:
+            os.close(read_end)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            fetch = FileRegistry().fetch(registry=registry, name=WORKFLOW, version=VERSION)
+            asyncio.run(fetch)
+        except SpecNotFound as exc:
+            outcome = f"SpecNotFound: {exc}"
+        except BaseException as exc:
+            outcome = f"unexpected: {exc!r}"
+        finally:
+            os.write(write_end, outcome.encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        outcome = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return outcome
+
+
+def test_file_registry_reports_an_unreadable_spec_as_not_found() -> None:
+    # a registry every user may traverse (pytest's own temporary folders are the owner's
+    # only), holding a spec no one but root may read
+    root = Path(tempfile.mkdtemp(prefix="plnt-unreadable-"))
+    try:
+        root.chmod(0o755)
+        source = FileSource(root=root)
+        source.publish(workflow_yaml())
+        for directory in (root / WORKFLOW, root / WORKFLOW / VERSION):
+            directory.chmod(0o755)
+        spec = root / WORKFLOW / VERSION / "workflow.yaml"
+        spec.chmod(0)
+        assert fetch_as_unprivileged_user(source.url) == (
+            f"SpecNotFound: {spec} is not readable by the puller"
+        )
+    finally:
+        shutil.rmtree(root)
 
 
 # --- s3:// ---------------------------------------------------------------------------
