@@ -264,3 +264,31 @@ async def test_similar_to_without_a_scorer_fails_the_case_saying_what_to_install
     assert figures.reason == (
         "golden case semantic failed: similarity not scored: similarTo needs the golden extra"
     )
+
+
+class CountingRunner(ReplyingRunner):
+    """Answers like ``ReplyingRunner`` after a moment, recording the most calls in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def invoke(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0.05)
+        self.in_flight -= 1
+        return await super().invoke(request)
+
+
+async def test_golden_cases_share_the_concurrency_limit_of_the_invocations(
+    nats_url: str,
+) -> None:
+    runner = CountingRunner()
+    cases = [golden_case(f"case-{i}", "slow parking", contains=["parking"]) for i in range(3)]
+    async with serving_invoke(runner.invoke) as url:
+        kind, _ = await verdict_of(nats_url, url, cases, WordOverlap())
+    assert kind is EventType.SMOKE_PASSED
+    assert len(runner.bodies) == 6  # 3 invocations and 3 cases
+    assert runner.most_in_flight == 2  # the handler's concurrency

@@ -79,24 +79,24 @@ class SmokeHandlers:
     async def _smoke(
         self, url: str, budget: SmokeTest
     ) -> tuple[list[Sample], tuple[GoldenResult, ...]]:
-        """The latency invocations and the golden cases, sent side by side."""
+        """The latency invocations and the golden cases, sent side by side within one
+        concurrency limit."""
+        slots = asyncio.Semaphore(self._concurrency)
         samples, golden_results = await asyncio.gather(
             self._harness.invoke_many(
-                url=url,
-                payload=budget.payload or {},
-                invocations=budget.invocations,
-                concurrency=self._concurrency,
+                url=url, payload=budget.payload or {}, invocations=budget.invocations, slots=slots
             ),
-            self._golden(url, budget.golden),
+            self._golden(url, budget.golden, slots),
         )
         return samples, golden_results
 
-    async def _golden(self, url: str, cases: tuple[GoldenCase, ...]) -> tuple[GoldenResult, ...]:
+    async def _golden(
+        self, url: str, cases: tuple[GoldenCase, ...], slots: asyncio.Semaphore
+    ) -> tuple[GoldenResult, ...]:
         if not cases:
             return ()
-        answers = await self._harness.answers(
-            url=url, payloads=[case.input for case in cases], concurrency=self._concurrency
-        )
+        payloads = [case.input for case in cases]
+        answers = await self._harness.answers(url=url, payloads=payloads, slots=slots)
         scores = await self._similarities(cases, answers)
         return tuple(
             golden.judge_case(case, answer, score)

@@ -26,18 +26,18 @@ class SmokeHarness:
             await self._session.close()
 
     async def invoke_many(
-        self, *, url: str, payload: dict[str, Any], invocations: int, concurrency: int
+        self, *, url: str, payload: dict[str, Any], invocations: int, slots: asyncio.Semaphore
     ) -> list[Sample]:
-        """Every invocation's sample; errors are samples too, never exceptions."""
-        slots = asyncio.Semaphore(concurrency)
+        """Every invocation's sample, at most ``slots`` in flight; errors are samples too,
+        never exceptions."""
         calls = [self._call(url, payload, slots, keep_body=False) for _ in range(invocations)]
         return [sample for sample, _ in await asyncio.gather(*calls)]
 
     async def answers(
-        self, *, url: str, payloads: Sequence[dict[str, Any]], concurrency: int
+        self, *, url: str, payloads: Sequence[dict[str, Any]], slots: asyncio.Semaphore
     ) -> list[GoldenAnswer]:
-        """The reply text to each payload, in order; a failed call is an answer without text."""
-        slots = asyncio.Semaphore(concurrency)
+        """The reply text to each payload, in order, at most ``slots`` in flight; a failed
+        call is an answer without text."""
         calls = await asyncio.gather(
             *(self._call(url, payload, slots, keep_body=True) for payload in payloads)
         )
