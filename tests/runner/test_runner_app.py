@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from runner_support import (
     EXAMPLE_BODY,
+    EXAMPLE_WORKFLOW,
     eventually,
     read_sse,
     running_runner,
@@ -338,3 +340,24 @@ def test_create_app_refuses_a_missing_or_invalid_workflow(tmp_path: Path) -> Non
     )
     with pytest.raises(SpecInvalid, match="cycle"):
         create_app(settings_for(cyclic))
+
+
+async def test_a_declared_reply_names_the_text_and_only_its_tokens_are_marked_reply(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "workflow.yaml"
+    document = yaml.safe_load(EXAMPLE_WORKFLOW)
+    document["spec"]["reply"] = {"step": "retrieve_brand_voice", "field": "guidance"}
+    path.write_text(yaml.safe_dump(document))
+    async with running_runner(settings_for(path)) as (base, http, _):
+        async with http.post(f"{base}/invoke", json=EXAMPLE_BODY) as response:
+            body = await response.json()
+        async with http.post(
+            f"{base}/invoke", json={**EXAMPLE_BODY, "review": "Cold coffee"}, headers=SSE
+        ) as response:
+            events = [event async for event in read_sse(response)]
+    guidance = body["steps"]["retrieve_brand_voice"]["output"]["guidance"]
+    assert body["reply"] == body["output"]["reply"] == guidance
+    tokens = [data for name, data in events if name == "token"]
+    assert tokens and {t["step"] for t in tokens} == {"draft_reply"}
+    assert not any(t["reply"] for t in tokens)  # the draft streams, but it is not the reply
