@@ -56,8 +56,9 @@ class GuardedRequestHandler(web.RequestHandler):
         if self._request_count != parsed:  # these bytes completed a request's headers
             self._body = self._messages[-1][1] if self._messages else None
             self._stop_header_timer()
-        elif self._header_timer is None and (self._body is None or self._body.is_eof()):
-            # The first bytes of a request whose headers are not complete yet.
+        elif data and self._header_timer is None and (self._body is None or self._body.is_eof()):
+            # The first bytes of a request whose headers are not complete yet (aiohttp
+            # also calls this with no bytes, to reparse what it buffered).
             self._header_timer = self._loop.call_later(
                 self._header_timeout_s, self._headers_timed_out, parsed
             )
