@@ -207,8 +207,9 @@ async def test_http_request_to_a_closed_port_answers_500_naming_the_step(tmp_pat
         (b"[1, 2]", "body must be a JSON object, got list"),
         (b"", "body is empty"),
         (b"\xff\xfe", "not UTF-8 JSON"),
+        (b"[" * 200_000, "nests arrays and objects too deeply"),
     ],
-    ids=["malformed", "array", "empty", "not-utf8"],
+    ids=["malformed", "array", "empty", "not-utf8", "200k-brackets"],
 )
 async def test_bad_bodies_answer_422_with_a_json_error(
     example_file: Path, data: bytes, problem: str
