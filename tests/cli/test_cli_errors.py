@@ -38,6 +38,9 @@ WILDCARD = "wildcards (* and >) are not accepted"
         (["get", "backends", "y" * 64], "longer than 63 characters"),
         (["invoke", "x", "--data", "{"], "--data is not valid JSON"),
         (["invoke", "x", "--data", "@/no/such/body.json"], "no such file"),
+        (["invoke", "x", "--data", "@/"], "--data @/: a directory"),
+        (["invoke", "x", "--data", "@" + "a" * 300], ": File name too long"),
+        (["apply", "-f", "a" * 300], ": File name too long"),
         (["--nats", "nats://[", "get", "wr"], "is not a NATS URL"),
         (["--nats", "nats://127.0.0.1:99999", "get", "wr"], "is not a NATS URL"),
         (["wait", "wr", "x"], "the following arguments are required: --for"),
@@ -51,13 +54,15 @@ def test_a_bad_argument_is_one_line_naming_it(
     assert expected in plnt(capfd, *prefix, *argv).error_line
 
 
-def test_up_refuses_a_data_dir_that_is_a_file(
+def test_up_refuses_a_data_dir_that_is_or_is_below_a_file(
     capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     file = tmp_path / "data"
     file.write_text("")
     line = plnt(capfd, "up", "--data-dir", str(file)).error_line
     assert line == f"plnt: --data-dir {file}: not a directory"
+    line = plnt(capfd, "demo", "--data-dir", str(file / "below")).error_line
+    assert line == f"plnt: --data-dir {file / 'below'}: cannot create it: Not a directory"
 
 
 def test_a_wildcard_name_reads_no_other_run(

@@ -24,7 +24,7 @@ from plnt_cli.main import build_parser
 from plnt_common.errors import PlntError
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=None,
     derandomize=True,
     database=None,
@@ -37,6 +37,7 @@ WORDS = [
     *("nan", "inf", "-inf", "-1", "0", "1e400", "60s", "2m", "h", "99999", "65536"),
     *("phase=Ready", "phase=Bogus", "phase=", "phase", "delete", "=Ready"),
     *("{", "[]", "null", '{"review": "hi"}', "@/no/such/file", "@binary", "@directory"),
+    *("n" * 300, "@" + "n" * 300, "/dev/null", "/proc/self/mem"),
 ]
 FLAGS = ["-n", "--namespace", "--timeout", "--for", "-o", "--output", "--data", "--stream"]
 BUS_COMMANDS = ["apply", "get", "delete", "wait", "history", "replay", "invoke"]
@@ -86,8 +87,13 @@ def test_any_arguments_to_a_bus_command_are_done_or_refused_in_one_line(
     tokens=st.lists(st.one_of(st.sampled_from(START_FLAGS), token()), max_size=6),
 )
 def test_any_arguments_to_up_or_demo_are_checked_in_one_line_before_anything_starts(
-    capfd: pytest.CaptureFixture[str], command: str, tokens: list[str]
+    capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    tokens: list[str],
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # a --data-dir is created: here, not in the checkout
     capfd.readouterr()
     try:
         check_arguments(build_parser().parse_args([command, *tokens]))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from plnt_cli.commands import parse_condition, parse_duration, resolve_kind
-from plnt_cli.documents import parse_documents, read_documents
+from plnt_cli.documents import parse_documents, path_kind, read_documents
 from plnt_common.errors import SpecInvalid
 from plnt_common.names import check_dns_label, check_namespace, check_run_name
 
@@ -84,10 +84,18 @@ def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
     if command == "invoke":
         args.data = json_body(read_data_argument(args.data))
     if command in ("up", "demo") and args.data_dir is not None:
-        data_dir: Path = args.data_dir
-        if data_dir.exists() and not data_dir.is_dir():
-            raise SpecInvalid(f"--data-dir {data_dir}: not a directory")
+        ensure_directory(args.data_dir, what=f"--data-dir {args.data_dir}")
     return args
+
+
+def ensure_directory(path: Path, *, what: str) -> None:
+    """Create ``path`` if need be (``up`` would at once); refuse what cannot be one."""
+    if path_kind(path, what=what) == "file":
+        raise SpecInvalid(f"{what}: not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecInvalid(f"{what}: cannot create it: {exc.strerror or exc}") from None
 
 
 def read_data_argument(data: str) -> str:
@@ -95,8 +103,11 @@ def read_data_argument(data: str) -> str:
     if not data.startswith("@"):
         return data
     path = Path(data[1:])
-    if not path.is_file():
-        raise SpecInvalid(f"--data {data}: no such file")
+    kind = path_kind(path, what=f"--data {data}")
+    if kind != "file":
+        raise SpecInvalid(
+            f"--data {data}: {'a directory' if kind == 'directory' else 'no such file'}"
+        )
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:

@@ -11,7 +11,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -38,14 +38,24 @@ def read_documents(path: str) -> list[Document]:
     if path == "-":
         return _parse_text(sys.stdin.read(), source="stdin", base=Path.cwd())
     target = Path(path)
-    if target.is_dir():
+    kind = path_kind(target, what=path)
+    if kind == "directory":
         files = sorted(p for p in target.iterdir() if p.suffix in MANIFEST_SUFFIXES and p.is_file())
         if not files:
             raise SpecInvalid(f"{path}: a directory without *.yaml or *.yml files")
         return [document for file in files for document in _read_file(file)]
-    if not target.exists():
+    if kind == "missing":
         raise SpecInvalid(f"{path}: no such file")
     return _read_file(target)
+
+
+def path_kind(path: Path, *, what: str) -> Literal["directory", "file", "missing"]:
+    """What is at ``path``; a path the system refuses (too long, no permission) raises
+    ``SpecInvalid`` starting with ``what``."""
+    try:
+        return "directory" if path.is_dir() else "file" if path.exists() else "missing"
+    except OSError as exc:
+        raise SpecInvalid(f"{what}: {exc.strerror or exc}") from None
 
 
 def _read_file(file: Path) -> list[Document]:
@@ -113,18 +123,9 @@ def _resolve_relative_registry(body: dict[str, Any], *, base: Path) -> None:
     if relative.startswith("/") or not relative:
         return  # file:///abs/path (or a malformed URL the model names)
     directory = base / relative
-    if not _is_directory(directory):
-        metadata = body.get("metadata")
-        name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
-        shown = os.path.normpath(directory)
-        raise SpecInvalid(
-            f"WorkflowRun {name!r}: registry {registry!r}: {shown} is not a directory"
-        )
+    metadata = body.get("metadata")
+    name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
+    where = f"WorkflowRun {name!r}: registry {registry!r}"
+    if path_kind(directory, what=where) != "directory":
+        raise SpecInvalid(f"{where}: {os.path.normpath(directory)} is not a directory")
     workflow["registry"] = directory.resolve().as_uri()
-
-
-def _is_directory(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):  # a name too long, or with a NUL byte
-        return False
