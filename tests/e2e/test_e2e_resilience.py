@@ -68,9 +68,11 @@ async def test_a_spec_change_mid_saga_supersedes_it_and_only_the_newest_generati
 @pytest.mark.parametrize(
     "service", ["watcher", "puller", "installer", "smoke", "promoter", "local-backend"]
 )
-async def test_a_service_killed_mid_saga_is_restarted_and_the_saga_completes(
+async def test_a_service_killed_right_after_apply_is_restarted_and_its_backlog_completes(
     client: Client, registry: Path, stack: Supervisor, service: str
 ) -> None:
+    """Killed before its step came: restart and backlog. A kill inside a step is
+    tests/faults/test_faults_crash_in_step.py."""
     name = f"killed-{service}"
     publish_spec(registry, workflow_named(name))
     target = next(p for p in stack.services() if p.name == service)
