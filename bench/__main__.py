@@ -1,6 +1,7 @@
 """``python -m bench``: every figure in one run, as markdown tables.
 
-Sections: ``deploy`` (the JetStream hops and apply-to-Ready), ``router`` (against nginx
+Sections: ``deploy`` (the JetStream hops and apply-to-Ready), ``saga``, ``cluster`` (the
+saga on a 3-node NATS beside one node, and leader kills), ``router`` (against nginx
 and the backend called directly) and ``runner`` (the executor, the step cache,
 backpressure, GPU metrics); ``--only SECTION`` (repeatable) picks some. Each section
 starts its own processes on free ports; the machine and versions are printed so the
@@ -17,6 +18,7 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
+from bench.cluster import cluster_section
 from bench.deploy import apply_to_ready
 from bench.hops import raw_hop, saga_hop
 from bench.saga import saga_section
@@ -27,7 +29,7 @@ from plnt_cli.up import wait_until_ready
 from plnt_common.logs import configure_logging
 from plnt_common.nats_server import NatsServer, free_port, free_ports, nats_server_binary
 
-SECTIONS = ("deploy", "saga", "router", "runner")
+SECTIONS = ("deploy", "saga", "cluster", "router", "runner")
 
 
 def machine() -> str:
@@ -96,6 +98,9 @@ def main() -> None:
     parser.add_argument(
         "--saga-bursts", default="100,1000", help="WorkflowRuns applied at once, comma separated"
     )
+    parser.add_argument(
+        "--cluster-kills", type=int, default=10, help="leader kills on the 3-node cluster"
+    )
     add_arguments(parser)
     args = parser.parse_args()
     sections = args.only or list(SECTIONS)
@@ -106,7 +111,11 @@ def main() -> None:
     if "saga" in sections:
         bursts = tuple(int(size) for size in args.saga_bursts.split(","))
         saga_section(sequential_runs=args.saga_sequential, bursts=bursts)
-    serving_sections([s for s in sections if s not in ("deploy", "saga")], args)
+    if "cluster" in sections:
+        cluster_section(
+            sequential_runs=args.saga_sequential, bursts=(100, 300), kills=args.cluster_kills
+        )
+    serving_sections([s for s in sections if s not in ("deploy", "saga", "cluster")], args)
 
 
 def deploy_table(args: argparse.Namespace) -> None:

@@ -25,9 +25,17 @@ from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import ManagedProcess
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.connection import wait_for_jetstream
 from plnt_common.bus.kv_batch import bucket_stream
 from plnt_common.bus.kv_watch import watch_entries
-from plnt_common.nats_server import LOCAL_SYNC_INTERVAL, NatsServer, free_port, wait_for_port
+from plnt_common.nats_server import (
+    LOCAL_SYNC_INTERVAL,
+    NatsCluster,
+    NatsServer,
+    free_port,
+    free_ports,
+    wait_for_port,
+)
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
 
@@ -44,15 +52,33 @@ class SagaStack:
     data_dir: Path
     replicas: int = 1
     sync_interval: str = LOCAL_SYNC_INTERVAL
+    nats_nodes: int = 1
+    """3: a local 3-node cluster, every stream and bucket with 3 replicas."""
+
+    @property
+    def url(self) -> str:
+        return self.nats.url
 
     def start(self) -> None:
-        self.nats = NatsServer(
-            store_dir=self.data_dir / "nats", port=free_port(), sync_interval=self.sync_interval
-        ).start()
+        self.nats: NatsServer | NatsCluster
+        if self.nats_nodes == 1:
+            self.nats = NatsServer(
+                store_dir=self.data_dir / "nats",
+                port=free_port(),
+                sync_interval=self.sync_interval,
+            ).start()
+        else:
+            self.nats = NatsCluster.local(
+                self.data_dir / "nats",
+                client_ports=free_ports(self.nats_nodes),
+                sync_interval=self.sync_interval,
+            ).start()
+            asyncio.run(wait_for_jetstream(self.nats.url))
         runner_port = free_port()
         env = dict(
             os.environ,
             PLNT_NATS_URL=self.nats.url,
+            PLNT_NATS_REPLICAS=str(self.nats_nodes),
             PLNT_LOG_LEVEL="warning",
             PLNT_BENCH_INSTANT_RUNNER_URL=f"http://127.0.0.1:{runner_port}",
             PLNT_WATCHER_DEADLINE_CHECK_INTERVAL_S="5",
@@ -76,7 +102,7 @@ class SagaStack:
         wait_for_port(runner_port)
 
     async def wait_ready(self) -> None:
-        bus = await Bus.open(self.nats.url, service="bench")
+        bus = await Bus.open(self.url, service="bench")
         try:
             for service in (*SERVICES, "installer"):
                 while True:
@@ -298,18 +324,23 @@ def deploy_rows(
     stack: SagaStack, registry: Path, *, sequential_runs: int, bursts: tuple[int, ...]
 ) -> list[Row]:
     """Overhead one deploy at a time, throughput in bursts, and the host's speed."""
-    if stack.sync_interval == ALWAYS:
+    if stack.nats_nodes > 1:
+        nats = (
+            f"a {stack.nats_nodes}-node NATS cluster, {stack.nats_nodes} replicas, "
+            f"`sync_interval: {stack.sync_interval}`"
+        )
+    elif stack.sync_interval == ALWAYS:
         nats = "NATS as compose and the chart run it, `sync_interval: always`"
     else:
         nats = f"plnt up's NATS, `sync_interval: {stack.sync_interval}`"
-    ping, put = asyncio.run(host_probe(stack.nats.url))
-    tag = f"{stack.sync_interval}-"
+    ping, put = asyncio.run(host_probe(stack.url))
+    tag = f"{stack.nats_nodes}-{stack.sync_interval}-"
     # not counted: each service's first saga step pays one-off costs (code paths and
     # validators run for the first time, connection pools filling)
     warm_up = [f"{tag}warm-{i}" for i in range(WARM_UP_DEPLOYS)]
-    asyncio.run(sequential(stack.nats.url, run_documents(registry, warm_up)))
+    asyncio.run(sequential(stack.url, run_documents(registry, warm_up)))
     names = [f"{tag}seq-{i}" for i in range(sequential_runs)]
-    overheads = asyncio.run(sequential(stack.nats.url, run_documents(registry, names)))
+    overheads = asyncio.run(sequential(stack.url, run_documents(registry, names)))
     rows: list[Row] = [
         (
             f"**{nats}**: the host's speed before the deploys, NATS round trip (PING) p50 / "
@@ -330,7 +361,7 @@ def deploy_rows(
         results = []  # (wall time, apply → Ready per run) per round
         for round_ in range(burst_rounds(size)):
             names = [f"{tag}burst{size}-{round_}-{i}" for i in range(size)]
-            latencies, wall, _ = asyncio.run(deploy(stack.nats.url, run_documents(registry, names)))
+            latencies, wall, _ = asyncio.run(deploy(stack.url, run_documents(registry, names)))
             results.append((wall, latencies))
         # the median round (an odd number of them), its latencies with it
         wall, latencies = sorted(results, key=lambda result: result[0])[len(results) // 2]
@@ -392,7 +423,7 @@ def saga_section(*, sequential_runs: int, bursts: tuple[int, ...]) -> None:
                     bursts=bursts,
                 )
                 if sync_interval == LOCAL_SYNC_INTERVAL:
-                    rows += replay_rows(stack.nats.url)
+                    rows += replay_rows(stack.url)
             finally:
                 stack.stop()
     print("### Saga\n")

@@ -96,13 +96,46 @@ def checked_sync_interval(text: str) -> str:
     return text
 
 
-def write_config(store_dir: Path, port: int, *, sync_interval: str = LOCAL_SYNC_INTERVAL) -> Path:
-    """A JetStream config with file storage, fsynced every ``sync_interval``."""
+CLUSTER_NAME = "plnt"
+
+
+@dataclass(frozen=True)
+class ClusterMembership:
+    """A node's place in a local JetStream cluster: its name and route ports on loopback."""
+
+    server_name: str
+    port: int
+    """Where this node listens for routes from its peers."""
+    peer_ports: tuple[int, ...]
+    """The other nodes' route ports."""
+
+    def config_lines(self) -> list[str]:
+        routes = ", ".join(f"nats-route://127.0.0.1:{port}" for port in self.peer_ports)
+        return [
+            f"server_name: {self.server_name}",
+            "cluster {",
+            f"  name: {CLUSTER_NAME}",
+            f"  listen: 127.0.0.1:{self.port}",
+            f"  routes: [{routes}]",
+            "}",
+        ]
+
+
+def write_config(
+    store_dir: Path,
+    port: int,
+    *,
+    sync_interval: str = LOCAL_SYNC_INTERVAL,
+    cluster: ClusterMembership | None = None,
+) -> Path:
+    """A JetStream config with file storage, fsynced every ``sync_interval``; with
+    ``cluster``, the routes that make it one node of a clustered JetStream."""
     store_dir.mkdir(parents=True, exist_ok=True)
     config = store_dir / "nats-server.conf"
     lines = [
         "host: 127.0.0.1",
         f"port: {port}",
+        *(cluster.config_lines() if cluster else []),
         "jetstream {",
         f'  store_dir: "{store_dir / "jetstream"}"',
         f"  sync_interval: {checked_sync_interval(sync_interval)}",
@@ -123,23 +156,42 @@ class NatsServer:
     log_path: Path | None = None
     die_with_parent: bool = True
     sync_interval: str = LOCAL_SYNC_INTERVAL
+    cluster: ClusterMembership | None = None
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
-    def start(self) -> "NatsServer":
-        config = write_config(self.store_dir, self.port, sync_interval=self.sync_interval)
-        self.log_path = self.store_dir / "nats-server.log"
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [nats_server_binary(), "-c", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent if self.die_with_parent else None,
+    @property
+    def name(self) -> str:
+        return self.cluster.server_name if self.cluster else "nats-server"
+
+    def argv(self) -> list[str]:
+        """The command line, with its config (re)written: the same store every time."""
+        config = write_config(
+            self.store_dir, self.port, sync_interval=self.sync_interval, cluster=self.cluster
         )
-        log.close()
+        self.log_path = self.store_dir / "nats-server.log"
+        return [nats_server_binary(), "-c", str(config)]
+
+    def spawn(self) -> "NatsServer":
+        """Start the process without waiting for it to listen (a cluster starts all first)."""
+        argv = self.argv()
+        assert self.log_path is not None
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                # a Ctrl-C in the terminal reaches only its owner, which stops it in order
+                start_new_session=True,
+                preexec_fn=die_with_parent if self.die_with_parent else None,
+            )
+        return self
+
+    def start(self) -> "NatsServer":
+        self.spawn()
         wait_for_port(self.port)
         return self
 
@@ -148,3 +200,58 @@ class NatsServer:
             return
         stop_process(self.process, kill=kill)
         self.process = None
+
+
+@dataclass
+class NatsCluster:
+    """Local nats-server nodes routed to each other on loopback: one clustered JetStream."""
+
+    nodes: list[NatsServer]
+
+    @classmethod
+    def local(
+        cls,
+        root: Path,
+        *,
+        client_ports: list[int],
+        sync_interval: str = LOCAL_SYNC_INTERVAL,
+        die_with_parent: bool = True,
+    ) -> "NatsCluster":
+        """One node per client port, each with its store under ``root/n<index>``."""
+        # more candidates than needed: none may be a client port chosen (and freed) earlier
+        candidates = free_ports(2 * len(client_ports))
+        route_ports = [p for p in candidates if p not in client_ports][: len(client_ports)]
+        nodes = [
+            NatsServer(
+                store_dir=root / f"n{index}",
+                port=port,
+                sync_interval=sync_interval,
+                die_with_parent=die_with_parent,
+                cluster=ClusterMembership(
+                    server_name=f"n{index}",
+                    port=route_ports[index - 1],
+                    peer_ports=tuple(p for p in route_ports if p != route_ports[index - 1]),
+                ),
+            )
+            for index, port in enumerate(client_ports, start=1)
+        ]
+        return cls(nodes=nodes)
+
+    @property
+    def url(self) -> str:
+        """Every node's URL, comma separated: what ``PLNT_NATS_URL`` takes."""
+        return ",".join(node.url for node in self.nodes)
+
+    def start(self) -> "NatsCluster":
+        for node in self.nodes:
+            node.spawn()
+        for node in self.nodes:
+            wait_for_port(node.port)
+        return self
+
+    def stop(self, *, kill: bool = False) -> None:
+        for node in self.nodes:
+            node.stop(kill=kill)
+
+    def node_named(self, server_name: str) -> NatsServer:
+        return next(node for node in self.nodes if node.name == server_name)

@@ -13,6 +13,9 @@ def die_with_parent() -> None:
     """``preexec_fn``: ask Linux to SIGTERM this child when its parent dies (no-op elsewhere).
 
     Keeps a ``kill -9`` of ``plnt up`` from leaving a nats-server or a service behind.
+    Linux sends it when the *thread* that started the child ends: start children from a
+    thread that lives as long as they should (``plnt up``'s main or supervisor thread),
+    never from a short-lived worker such as ``asyncio.to_thread``'s.
     """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):

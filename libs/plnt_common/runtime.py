@@ -1,8 +1,10 @@
 """Process entry for every service: logging, signals and a graceful stop.
 
 SIGTERM and SIGINT set one ``stop`` event; the service stops fetching, lets in-flight
-handlers finish and ack, drains its connection, and returns. With ``metrics_port`` set,
-Prometheus metrics are served on it.
+handlers finish and ack, drains its connection, and returns. A service with no live NATS
+connection when told to stop (still waiting for the first server, or reconnecting) is
+cancelled at once: nothing it holds can be acknowledged, the server redelivers it. With
+``metrics_port`` set, Prometheus metrics are served on it.
 """
 
 import asyncio
@@ -12,16 +14,24 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import start_http_server
 
 from plnt_common import event_loop
+from plnt_common.bus.connection import any_connected
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.settings import CommonSettings
 
 ServiceBody = Callable[[asyncio.Event], Awaitable[None]]
 
+STOP_GRACE_S = 30.0
+"""How long a connected service may take to finish its handlers after a stop signal."""
+CANCEL_GRACE_S = 2.0
+"""How long a cancelled body may take to run its clean-up."""
+
+log = get_logger(__name__)
+
 
 def run_service(name: str, settings: CommonSettings, body: ServiceBody) -> None:
     """Run ``body(stop)`` until it returns; a signal sets ``stop``."""
     configure_logging(level=settings.log_level, fmt=settings.log_format, service=name)
-    log = get_logger(name)
+    service_log = get_logger(name)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -31,9 +41,40 @@ def run_service(name: str, settings: CommonSettings, body: ServiceBody) -> None:
         if settings.metrics_port:
             # prometheus_client's own server thread: /metrics without an HTTP framework
             start_http_server(settings.metrics_port, addr="0.0.0.0")
-            log.info("metrics.serving", port=settings.metrics_port)
-        log.info("service.starting", nats=settings.nats_url)
-        await body(stop)
-        log.info("service.stopped")
+            service_log.info("metrics.serving", port=settings.metrics_port)
+        service_log.info("service.starting", nats=settings.nats_url)
+        await run_until_stopped(body, stop)
+        service_log.info("service.stopped")
 
     event_loop.run(main())
+
+
+async def run_until_stopped(body: ServiceBody, stop: asyncio.Event) -> None:
+    """``body(stop)``; once ``stop`` is set, it gets ``STOP_GRACE_S`` to return while
+    connected, and is cancelled at once while no connection is up."""
+    running: asyncio.Future[None] = asyncio.ensure_future(body(stop))
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait((running, stopped), return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not stop.is_set():
+        await running  # returned or crashed on its own: a crash makes the supervisor restart it
+        return
+    await _finish_or_cancel(running)
+    if not running.done():
+        log.warning("service.stuck_after_cancel")
+    elif running.cancelled():
+        log.info("service.cancelled")
+    elif running.exception() is not None:
+        log.warning("service.stop_error", error=repr(running.exception()))
+
+
+async def _finish_or_cancel(running: "asyncio.Future[None]") -> None:
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + STOP_GRACE_S
+    while not running.done() and any_connected() and loop.time() < give_up_at:
+        await asyncio.wait((running,), timeout=0.1)
+    if running.done():
+        return
+    log.info("service.cancelling", connected=any_connected())
+    running.cancel()
+    await asyncio.wait((running,), timeout=CANCEL_GRACE_S)

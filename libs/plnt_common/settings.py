@@ -1,7 +1,8 @@
 """Settings shared by every service; each service subclasses with its own env prefix.
 
-``PLNT_NATS_URL`` is read by every service, ``PLNT_LOG_LEVEL`` and ``PLNT_LOG_FORMAT`` by
-all of them too. Service settings use ``PLNT_<SERVICE>_``. No module reads ``os.environ``.
+``PLNT_NATS_URL`` (one or several servers, comma separated) and ``PLNT_NATS_REPLICAS``
+are read by every service, ``PLNT_LOG_LEVEL`` and ``PLNT_LOG_FORMAT`` by all of them
+too. Service settings use ``PLNT_<SERVICE>_``. No module reads ``os.environ``.
 """
 
 from typing import Literal
@@ -21,6 +22,15 @@ class CommonSettings(BaseSettings):
         default=DEFAULT_NATS_URL,
         validation_alias=AliasChoices("PLNT_NATS_URL", "nats_url"),
         description="NATS server URL(s), comma separated.",
+    )
+    nats_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        validation_alias=AliasChoices("PLNT_NATS_REPLICAS", "nats_replicas"),
+        description="Replicas of every stream, KV bucket and object store plnt provisions "
+        "(3 on a 3-node NATS cluster). Set, provisioning also brings existing ones to it; "
+        "unset, it creates with 1 and leaves existing ones as they are.",
     )
     log_level: str = Field(
         default="info",
@@ -44,3 +54,9 @@ class CommonSettings(BaseSettings):
         description="Serve Prometheus /metrics on this port (0 = off). Read with the "
         "service's prefix, e.g. PLNT_INSTALLER_METRICS_PORT.",
     )
+
+
+def replicas_setting() -> int | None:
+    """``PLNT_NATS_REPLICAS`` when it is set, else None (leave existing replicas alone)."""
+    settings = CommonSettings()
+    return settings.nats_replicas if "nats_replicas" in settings.model_fields_set else None

@@ -51,7 +51,7 @@ CHART_DEFAULTS: dict[tuple[str, str], Any] = {
     **{(s, "metricsPort"): 9090 for s in ("watcher", "puller", "installer", "smoke", "promoter")},
 }
 # Read by every service without a service prefix; set from top-level values.
-UNPREFIXED = {"nats_url", "log_level", "log_format", "router_public_url"}
+UNPREFIXED = {"nats_url", "nats_replicas", "log_level", "log_format", "router_public_url"}
 
 NAMESPACE = "plnt-system"
 EXTERNAL_NATS = "nats://nats.messaging.svc.cluster.local:4222"

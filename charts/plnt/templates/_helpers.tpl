@@ -132,6 +132,8 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
 {{- $values := index $root.Values .service -}}
 - name: PLNT_NATS_URL
   value: {{ include "plnt.natsUrl" $root | quote }}
+- name: PLNT_NATS_REPLICAS
+  value: {{ $root.Values.natsReplicas | quote }}
 - name: PLNT_LOG_LEVEL
   value: {{ $root.Values.logLevel | quote }}
 - name: PLNT_LOG_FORMAT

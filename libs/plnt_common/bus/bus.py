@@ -15,6 +15,7 @@ from nats.js.errors import (
     KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
+    NoStreamResponseError,
     ServiceUnavailableError,
 )
 from nats.js.kv import KeyValue
@@ -28,6 +29,7 @@ from plnt_common.errors import BusUnavailable
 from plnt_common.events import Envelope
 from plnt_common.logs import get_logger
 from plnt_common.saga import TerminalClaim
+from plnt_common.settings import replicas_setting
 
 log = get_logger(__name__)
 
@@ -67,7 +69,7 @@ class Bus:
             on_reconnected=reconnects.mark,
         )
         js = nc.jetstream(timeout=5)
-        await ensure_jetstream(js)
+        await ensure_jetstream(js, replicas=replicas_setting())
         return cls(
             nc=nc,
             js=js,
@@ -108,6 +110,7 @@ class Bus:
             except (
                 NatsTimeout,
                 NoRespondersError,
+                NoStreamResponseError,  # no stream leader yet: a cluster electing one
                 ServiceUnavailableError,
                 ConnectionClosedError,
             ) as exc:

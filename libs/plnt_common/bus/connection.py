@@ -1,16 +1,39 @@
-"""Connecting to NATS with the reconnect policy every service shares."""
+"""Connecting to NATS with the reconnect policy every service shares.
 
+``PLNT_NATS_URL`` (and ``--nats``) may name several servers, comma separated: the client
+connects to any of them and fails over to the others.
+"""
+
+import asyncio
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-import nats
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
 from plnt_common.errors import BusUnavailable
 from plnt_common.logs import get_logger
 
 log = get_logger(__name__)
+
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+"""Every client this process opened, connecting ones included: see ``any_connected``."""
+
+
+def server_urls(url: str) -> list[str]:
+    """The servers a comma-separated ``url`` names, blanks dropped."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
+def any_connected() -> bool:
+    """True while some client of this process is connected to a server.
+
+    A service told to stop with no live connection has nothing to finish (no ack can
+    reach the server), so it stops at once instead of waiting for a bus that may never
+    come back (``plnt_common.runtime``)."""
+    return any(client.is_connected for client in _clients)
 
 
 async def connect(
@@ -40,7 +63,7 @@ async def connect(
             on_reconnected()
 
     options: dict[str, Any] = {
-        "servers": [u.strip() for u in url.split(",") if u.strip()],
+        "servers": server_urls(url),
         "name": name,
         "connect_timeout": connect_timeout,
         # -1 also makes the first connect wait for the server: what a service wants.
@@ -53,13 +76,38 @@ async def connect(
         "reconnected_cb": on_reconnect,
         "pending_size": 64 * 1024 * 1024,
     }
+    client = Client()
+    _clients.add(client)
     if retry_on_start:
         log.info("nats.connecting", url=url)
-        return await nats.connect(**options)
+        await client.connect(**options)
+        return client
     try:
-        return await nats.connect(**options)
+        await client.connect(**options)
+        return client
     except (NoServersError, OSError, TimeoutError) as exc:
         raise BusUnavailable(
             f"cannot reach NATS at {url} ({type(exc).__name__}); is `plnt up` running? "
             "Set --nats or PLNT_NATS_URL to point elsewhere"
         ) from None
+
+
+async def wait_for_jetstream(url: str, *, timeout_s: float = 30.0) -> None:
+    """Wait until JetStream answers at ``url``: a new cluster first elects a meta leader.
+
+    Raises ``BusUnavailable`` after ``timeout_s``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            client = await connect(url, name="plnt-wait", retry_on_start=True)
+            try:
+                js = client.jetstream(timeout=0.5)
+                while True:
+                    try:
+                        await js.account_info()
+                        return
+                    except (NatsError, TimeoutError):  # no meta leader yet
+                        await asyncio.sleep(0.1)
+            finally:
+                await client.close()
+    except TimeoutError:
+        raise BusUnavailable(f"JetStream at {url} did not answer within {timeout_s:g}s") from None

@@ -87,6 +87,22 @@ class _RunTail:
     followed: asyncio.Future[None]
 
 
+@dataclass(frozen=True)
+class _Retry:
+    """An event of a run NAKed in this replica: the run's later events wait for it."""
+
+    sequence: int
+    back_at: float
+    """When the server sends it again (loop time)."""
+
+
+BEHIND_A_RETRY_S = 0.05
+"""How much later than a NAKed event of a run the run's later events come back."""
+RETRY_HOLD_S = 2.0
+"""How long after its due time a NAKed event still holds its run's later events back
+(another replica may have taken it)."""
+
+
 Handler = Callable[[Envelope, Delivery], Awaitable[None]]
 OnExhausted = Callable[[Envelope, BaseException], Awaitable[None]]
 
@@ -104,6 +120,7 @@ class EventConsumer:
         self._on_exhausted = on_exhausted
         self._tasks: set[asyncio.Task[None]] = set()
         self._run_tails: dict[str, _RunTail] = {}
+        self._retries: dict[str, _Retry] = {}
 
     async def ensure_consumer(self) -> None:
         config = api.ConsumerConfig(
@@ -160,6 +177,11 @@ class EventConsumer:
         try:
             if previous is not None:
                 await previous.handled
+            if self._spec.ordered_by_run and (wait := self._behind_a_retry(envelope, msg)):
+                # An earlier event of the run comes back later: an ordered handler must
+                # not see this one first (the watcher would take it for a removed run's).
+                await msg.nak(delay=wait)
+                return
             with structlog.contextvars.bound_contextvars(
                 sagaid=envelope.sagaid,
                 event=envelope.event_type.value,
@@ -175,6 +197,30 @@ class EventConsumer:
                 tail.handled.set_result(None)
                 if self._run_tails.get(envelope.subject) is tail:
                     del self._run_tails[envelope.subject]
+
+    def _behind_a_retry(self, envelope: Envelope, msg: Msg) -> float | None:
+        """The NAK delay that brings ``msg`` back after its run's retried earlier event;
+        None when no earlier event of the run is being retried."""
+        retry = self._retries.get(envelope.subject)
+        now = asyncio.get_running_loop().time()
+        if retry is None or now > retry.back_at + RETRY_HOLD_S:
+            return None
+        if msg.metadata.sequence.stream <= retry.sequence:
+            return None  # the retried event itself (or an older one)
+        return max(0.0, retry.back_at - now) + BEHIND_A_RETRY_S
+
+    def _record(self, envelope: Envelope, msg: Msg, delay: float | None) -> None:
+        """Note a NAK (``delay``) or the end of a run's retried event (None)."""
+        if not self._spec.ordered_by_run:
+            return
+        sequence = msg.metadata.sequence.stream
+        if delay is not None:
+            back_at = asyncio.get_running_loop().time() + delay
+            self._retries[envelope.subject] = _Retry(sequence=sequence, back_at=back_at)
+            return
+        retry = self._retries.get(envelope.subject)
+        if retry is not None and retry.sequence == sequence:
+            del self._retries[envelope.subject]
 
     def _queue_behind_run(self, envelope: Envelope) -> tuple[_RunTail | None, _RunTail]:
         """The run's previous event to wait for, and this event's own tail.
@@ -201,6 +247,7 @@ class EventConsumer:
         outcome = "ok"
         if attempt > self._spec.max_attempts:
             await self._exhausted(msg, envelope, RuntimeError("delivery attempts exhausted"))
+            self._record(envelope, msg, None)
             return
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
@@ -219,7 +266,10 @@ class EventConsumer:
                     delay_s=delay,
                     exc_info=not retryable,
                 )
+                self._record(envelope, msg, delay)
                 await msg.nak(delay=delay)
+                return
+            self._record(envelope, msg, None)
             return
         finally:
             heartbeat.cancel()
@@ -229,6 +279,7 @@ class EventConsumer:
         SAGA_STEP_RUNS.labels(self._spec.service, envelope.event_type.value).inc()
         await faults.pause_point(self._spec.service, envelope.event_type.value, "before_ack")
         await msg.ack()
+        self._record(envelope, msg, None)
 
     async def _exhausted(self, msg: Msg, envelope: Envelope, exc: BaseException) -> None:
         log.error("handler.exhausted", error=str(exc) or repr(exc))

@@ -69,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"how often NATS fsyncs its store: a duration, or 'always' to fsync every write "
         f"(default {LOCAL_SYNC_INTERVAL}; see docs/reliability.md)",
     )
+    up.add_argument(
+        "--nats-cluster",
+        type=int,
+        choices=(1, 3, 5),
+        default=1,
+        metavar="NODES",
+        help="run NATS as a local cluster of 1, 3 or 5 nodes, every stream replicated "
+        "on each (default 1; for trying node failures)",
+    )
 
     demo = sub.add_parser("demo", help="up + publish the example + apply + wait + invoke + print")
     demo.add_argument(
@@ -152,6 +161,7 @@ def dispatch(args: argparse.Namespace) -> int:
             replicas=args.replicas,
             say=say,
             nats_sync_interval=sync_interval_argument(args.nats_sync_interval),
+            nats_cluster=args.nats_cluster,
         )
         return run_up(config, say=say)
     if command == "demo":

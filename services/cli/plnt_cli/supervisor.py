@@ -1,6 +1,8 @@
 """The embedded stack of ``plnt up``: nats-server and every service as its own process.
 
-A dead service is restarted with exponential back-off and the restart is logged. On
+A dead process (a service or a nats-server node) is restarted with exponential back-off,
+nats-server on the same store, and the restart is said on the console and in the
+process's own log. On
 Linux each child gets a parent-death signal, so even a ``kill -9`` of ``plnt up`` leaves
 no server or service behind; runner processes follow the ``plnt up`` pid themselves.
 """
@@ -14,8 +16,15 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plnt_common.nats_server import LOCAL_SYNC_INTERVAL, NatsServer, free_ports, port_is_free
-from plnt_common.processes import die_with_parent
+from plnt_common.nats_server import (
+    LOCAL_SYNC_INTERVAL,
+    NatsCluster,
+    NatsServer,
+    free_ports,
+    port_is_free,
+    wait_for_port,
+)
+from plnt_common.processes import die_with_parent, stop_process
 from plnt_local_backend import stop_all_runners
 
 SAGA_SERVICES = ("watcher", "puller", "installer", "smoke", "promoter")
@@ -37,6 +46,8 @@ class ManagedProcess:
     started_at: float = 0.0
     restarts: int = 0
     next_start_at: float = 0.0
+    held: bool = False
+    """Stopped on purpose (``Supervisor.stop_nats``): not restarted until started again."""
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
@@ -55,6 +66,11 @@ class ManagedProcess:
     def pid(self) -> int:
         return self.process.pid if self.process else 0
 
+    def note(self, line: str) -> None:
+        """Append a line of the supervisor's to this process's log."""
+        with self.log_path.open("a") as log:
+            log.write(f"plnt up: {line}\n")
+
 
 @dataclass
 class StackConfig:
@@ -64,10 +80,21 @@ class StackConfig:
     replicas: int = 1
     nats_sync_interval: str = LOCAL_SYNC_INTERVAL
     extra_env: dict[str, str] = field(default_factory=dict)
+    nats_peer_ports: tuple[int, ...] = ()
+    """Client ports of a local NATS cluster's other nodes (``--nats-cluster``); empty: one node."""
+    external_nats_url: str = ""
+    """A NATS run by someone else (tests that kill cluster nodes): none is started."""
+
+    @property
+    def nats_ports(self) -> tuple[int, ...]:
+        return (self.nats_port, *self.nats_peer_ports)
 
     @property
     def nats_url(self) -> str:
-        return f"nats://127.0.0.1:{self.nats_port}"
+        """Every server, comma separated: each service's ``PLNT_NATS_URL``."""
+        if self.external_nats_url:
+            return self.external_nats_url
+        return ",".join(f"nats://127.0.0.1:{port}" for port in self.nats_ports)
 
     @property
     def router_url(self) -> str:
@@ -105,11 +132,15 @@ class Supervisor:
     def __init__(self, config: StackConfig, *, say: Callable[[str], None]) -> None:
         self.config = config
         self._say = say
-        self._nats = NatsServer(
-            store_dir=config.data_dir / "nats",
-            port=config.nats_port,
-            sync_interval=config.nats_sync_interval,
-        )
+        self._nats = [
+            ManagedProcess(
+                name=node.name if len(config.nats_ports) == 1 else f"nats-{node.name}",
+                argv=node.argv(),
+                env=dict(os.environ),
+                log_path=node.store_dir / "nats-server.log",
+            )
+            for node in ([] if config.external_nats_url else local_nats_servers(config))
+        ]
         self._services: list[ManagedProcess] = []
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -136,12 +167,14 @@ class Supervisor:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if len(config.nats_ports) > 1 and not config.external_nats_url:
+            env.setdefault("PLNT_NATS_REPLICAS", str(len(config.nats_ports)))
         env.update(config.extra_env)
         return env
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._nats.start()
+        self.start_nats()
         env = self._env()
         names = [*SINGLETONS, *(s for s in SAGA_SERVICES for _ in range(self.config.replicas))]
         counts: dict[str, int] = {}
@@ -169,11 +202,27 @@ class Supervisor:
         self.start_nats()
 
     def stop_nats(self, *, kill: bool = False) -> None:
-        """Take the bus away (fault tests); services keep running and retry."""
-        self._nats.stop(kill=kill)
+        """Take the bus away until ``start_nats`` (fault tests); services keep retrying."""
+        with self._lock:
+            for node in self._nats:
+                node.held = True
+                if node.process is not None:
+                    stop_process(node.process, kill=kill)
+                    node.process = None
 
     def start_nats(self) -> None:
-        self._nats.start()
+        """Start every node not running and wait until each listens."""
+        with self._lock:
+            for node in self._nats:
+                node.held = False
+                if node.process is None:
+                    node.start()
+        for port in [] if self.config.external_nats_url else self.config.nats_ports:
+            wait_for_port(port)
+
+    def nats_nodes(self) -> list[ManagedProcess]:
+        """The nats-server processes (one, or the nodes of ``--nats-cluster``)."""
+        return list(self._nats)
 
     def services(self) -> list[ManagedProcess]:
         return list(self._services)
@@ -181,8 +230,9 @@ class Supervisor:
     def _watch(self) -> None:
         while not self._stopping.wait(0.2):
             with self._lock:
-                for service in self._services:
-                    self._check(service)
+                for managed in [*self._nats, *self._services]:
+                    if not managed.held:
+                        self._check(managed)
 
     def _check(self, service: ManagedProcess) -> None:
         now = time.monotonic()
@@ -198,6 +248,7 @@ class Supervisor:
             service.restarts += 1
             service.process = None
             service.next_start_at = now + delay
+            service.note(f"exited with code {code}; restarting in {delay:g}s")
             self._say(
                 f"{service.name} exited with code {code}; restarting in {delay:g}s "
                 f"(see {service.log_path})"
@@ -205,6 +256,7 @@ class Supervisor:
             return
         if now >= service.next_start_at:
             service.start()
+            service.note(f"restarted (pid {service.pid})")
             self._say(f"{service.name} restarted (pid {service.pid})")
 
     def stop(self) -> None:
@@ -228,4 +280,22 @@ class Supervisor:
         try:
             stop_all_runners(self.config.data_dir / "local-backend")
         finally:
-            self._nats.stop()
+            self.stop_nats()
+
+
+def local_nats_servers(config: StackConfig) -> list[NatsServer]:
+    """The stack's nats-server: one node on ``data_dir/nats``, or a local cluster."""
+    if len(config.nats_ports) == 1:
+        return [
+            NatsServer(
+                store_dir=config.data_dir / "nats",
+                port=config.nats_port,
+                sync_interval=config.nats_sync_interval,
+            )
+        ]
+    cluster = NatsCluster.local(
+        config.data_dir / "nats-cluster",
+        client_ports=list(config.nats_ports),
+        sync_interval=config.nats_sync_interval,
+    )
+    return cluster.nodes

@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from plnt_cli.supervisor import SAGA_SERVICES, StackConfig, Supervisor, choose_p
 from plnt_common import subjects
 from plnt_common.bus.connection import connect
 from plnt_common.errors import PlntError
-from plnt_common.nats_server import LOCAL_SYNC_INTERVAL
+from plnt_common.nats_server import LOCAL_SYNC_INTERVAL, free_ports
 
 DEFAULT_NATS_PORT = 4222
 DEFAULT_ROUTER_PORT = 8080
@@ -39,6 +40,7 @@ def stack_config(
     say: Callable[[str], None],
     fresh: bool = False,
     nats_sync_interval: str = LOCAL_SYNC_INTERVAL,
+    nats_cluster: int = 1,
 ) -> StackConfig:
     if fresh:
         chosen_dir = Path(tempfile.mkdtemp(prefix="plnt-demo-"))
@@ -61,11 +63,37 @@ def stack_config(
         router_port=router,
         replicas=replicas,
         nats_sync_interval=nats_sync_interval,
+        nats_peer_ports=peer_ports(nats_cluster - 1, taken=(nats, router)),
     )
 
 
-async def wait_until_ready(config: StackConfig, *, timeout_s: float = 60.0) -> None:
-    """Ready once every saga service has bound its consumer and the router loaded its routes."""
+def peer_ports(count: int, *, taken: tuple[int, ...]) -> tuple[int, ...]:
+    """Client ports for a local cluster's other nodes, none of them one already ``taken``."""
+    candidates = free_ports(count + len(taken))
+    return tuple(port for port in candidates if port not in taken)[:count]
+
+
+async def wait_until_ready(
+    config: StackConfig, *, timeout_s: float = 60.0, stop: threading.Event | None = None
+) -> bool:
+    """Ready once every saga service has bound its consumer and the router loaded its routes.
+
+    Returns False, at once, when ``stop`` is set first (a Ctrl-C during start-up)."""
+    if stop is None:
+        await _services_ready(config, timeout_s=timeout_s)
+        return True
+    waiting = asyncio.create_task(_services_ready(config, timeout_s=timeout_s))
+    while not waiting.done() and not stop.is_set():
+        await asyncio.wait((waiting,), timeout=0.05)
+    if not waiting.done():
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        return False
+    await waiting
+    return True
+
+
+async def _services_ready(config: StackConfig, *, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     nc = await connect(config.nats_url, name="plnt-up", retry_on_start=True)
     js = nc.jetstream()
@@ -126,30 +154,34 @@ class Stack:
 
 
 def run_up(config: StackConfig, *, say: Callable[[str], None]) -> int:
+    """Start the stack, wait until it is ready, run until SIGINT or SIGTERM, stop it.
+
+    A signal at any moment, start-up included, stops whatever was started: the handler
+    only sets ``stopping``, and every step below either checks it or is short."""
     stack = Stack(config, say=say)
-    stopping = False
+    stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
+        stopping.set()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    stack.start()
+    code = 0
     try:
-        asyncio.run(wait_until_ready(config))
-        say(f"plnt is up: NATS {config.nats_url}, router {config.router_url}")
-        say(f"data and logs in {config.data_dir} (logs/<service>.log); Ctrl-C stops everything")
-        while not stopping:
-            time.sleep(0.2)
+        stack.start()
+        if not stopping.is_set() and asyncio.run(wait_until_ready(config, stop=stopping)):
+            say(f"plnt is up: NATS {config.nats_url}, router {config.router_url}")
+            say(f"data and logs in {config.data_dir} (logs/<service>.log); Ctrl-C stops everything")
+            while not stopping.wait(0.5):
+                pass
     except PlntError as exc:
         say(f"plnt: {exc}")
+        code = 1
+    finally:
+        say("stopping…")
         stack.stop()
-        return 1
-    say("stopping…")
-    stack.stop()
-    say("stopped")
-    return 0
+        say("stopped")
+    return code
 
 
 def stderr_say(line: str) -> None:

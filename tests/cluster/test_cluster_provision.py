@@ -1,0 +1,77 @@
+"""PLNT_NATS_REPLICAS on a 3-node cluster: what provisioning creates, and how it brings
+existing streams, buckets and the object store to the setting."""
+
+from collections.abc import AsyncIterator
+
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from structlog.testing import capture_logs
+
+from plnt_common.bus.connection import connect
+from plnt_common.bus.provision import ensure_jetstream
+from plnt_common.nats_server import NatsCluster
+
+EVERY_STREAM = {
+    "PLNT_EVENTS",
+    "PLNT_DEAD_LETTERS",
+    "KV_plnt-runs",
+    "KV_plnt-routes",
+    "KV_plnt-resources",
+    "KV_plnt-releases",
+    "KV_plnt-sagas",
+    "OBJ_plnt-specs",
+}
+
+
+@pytest.fixture
+async def cluster_nc(nats_cluster: NatsCluster) -> AsyncIterator[Client]:
+    nc = await connect(nats_cluster.url, name="test")
+    js = nc.jetstream()
+    for info in await js.streams_info():  # every test provisions from nothing
+        await js.delete_stream(info.config.name)
+    yield nc
+    await nc.close()
+
+
+async def replicas_by_stream(js: JetStreamContext) -> dict[str, int]:
+    # one stream_info each: a cluster's listing can miss streams created a moment ago
+    return {name: (await js.stream_info(name)).config.num_replicas or 1 for name in EVERY_STREAM}
+
+
+async def test_everything_is_created_with_the_replicas_set(cluster_nc: Client) -> None:
+    js = cluster_nc.jetstream()
+    await ensure_jetstream(js, replicas=3)
+    assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 3)
+
+
+async def test_existing_streams_are_brought_to_the_setting_and_the_change_is_logged(
+    cluster_nc: Client,
+) -> None:
+    js = cluster_nc.jetstream()
+    await ensure_jetstream(js)
+    assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 1)
+
+    with capture_logs() as logs:
+        await ensure_jetstream(js, replicas=3)
+    assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 3)
+    changed = {
+        e["stream"]: (e["before"], e["after"])
+        for e in logs
+        if e["event"] == "provision.replicas_changed"
+    }
+    assert changed == dict.fromkeys(EVERY_STREAM, (1, 3))
+
+    await ensure_jetstream(js, replicas=1)
+    assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 1)
+
+
+async def test_without_the_setting_existing_replicas_are_left_as_they_are(
+    cluster_nc: Client,
+) -> None:
+    js = cluster_nc.jetstream()
+    await ensure_jetstream(js, replicas=3)
+    with capture_logs() as logs:
+        await ensure_jetstream(js)  # a CLI or tool that does not set PLNT_NATS_REPLICAS
+    assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 3)
+    assert [e for e in logs if e["event"] == "provision.replicas_changed"] == []

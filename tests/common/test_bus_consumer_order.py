@@ -1,0 +1,52 @@
+"""An ordered consumer never hands a run's later event on ahead of an earlier one that
+failed: the later one comes back after it (real nats-server)."""
+
+import asyncio
+
+from test_bus_consumer import deleted_event
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer
+from plnt_common.events import Envelope, EventType
+
+
+async def test_a_later_event_of_a_run_waits_for_an_earlier_one_that_failed(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    for generation in (1, 2, 3):
+        await bus.publish(deleted_event("a", generation))
+    await bus.publish(deleted_event("b", 1))
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        label = f"{event.name}{event.generation}"
+        if label == "a1" and delivery.attempt == 1:
+            handled.append("a1 failed")
+            raise RuntimeError("transient")  # e.g. a KV write timing out in an election
+        handled.append(label)
+        if len(handled) == 5:
+            done.set()
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        raise AssertionError(f"{event.name} exhausted: {exc!r}")
+
+    spec = ConsumerSpec(
+        service="ordered",
+        filters=(subjects.event_filter(EventType.RUN_DELETED),),
+        ordered_by_run=True,
+        backoff_s=(0.3,),
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(EventConsumer(bus, spec, handler, exhausted).run(stop))
+    try:
+        await asyncio.wait_for(done.wait(), timeout=20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, timeout=10)
+        await bus.close()
+    run_a = [label for label in handled if label.startswith("a")]
+    assert run_a == ["a1 failed", "a1", "a2", "a3"]
+    assert "b1" in handled  # another run is not held back

@@ -1,0 +1,145 @@
+"""``plnt up`` starts and stops cleanly at any moment, and a service told to stop exits
+promptly whether or not it ever reached NATS."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from plnt_common import subjects
+from plnt_common.bus.connection import connect
+from plnt_common.nats_server import NatsServer, free_port, free_ports
+
+MARK = "PLNT_TEST_PROCESS_MARK"
+"""An environment variable every process ``plnt up`` starts inherits: found by it in /proc."""
+
+
+STOPPED_WITHIN_S = 6.0
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Live processes whose environment carries ``MARK=mark`` (zombies are gone already)."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def spawn_up(tmp_path: Path, mark: str, *extra: str) -> "subprocess.Popen[str]":
+    nats_port, router_port = free_ports(2)
+    env = dict(os.environ, PLNT_HOME=str(tmp_path / "home"), **{MARK: mark})
+    env.pop("PLNT_NATS_URL", None)
+    argv = [sys.executable, "-m", "plnt_cli", "up", "--data-dir", str(tmp_path / "data")]
+    argv += ["--nats-port", str(nats_port), "--router-port", str(router_port), *extra]
+    # its own process group, as a shell gives a foreground job: a Ctrl-C reaches the group
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+async def wait_for_durable(url: str, service: str) -> None:
+    nc = await connect(url, name="test")
+    try:
+        while True:
+            try:
+                await nc.jetstream().consumer_info(subjects.STREAM, subjects.durable_name(service))
+                return
+            except Exception:  # not provisioned or not bound yet
+                await asyncio.sleep(0.1)
+    finally:
+        await nc.close()
+
+
+def wait_until_gone(mark: str, *, timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := marked_pids(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("after_s", [0.2, 0.8, 1.5, 3.0], ids=lambda s: f"{s}s")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_start_up_stops_everything_and_leaves_no_pointer(
+    tmp_path: Path, after_s: float, signum: int
+) -> None:
+    mark = uuid.uuid4().hex
+    up = spawn_up(tmp_path, mark)
+    time.sleep(after_s)
+    if signum == signal.SIGINT:
+        os.killpg(up.pid, signum)  # Ctrl-C in a terminal: every process of the group
+    else:
+        up.send_signal(signum)  # a service manager's stop: plnt up alone
+    signalled = time.monotonic()
+    output, _ = up.communicate(timeout=30)
+    # well inside the 10 s after which plnt up SIGKILLs a service that ignores SIGTERM
+    assert time.monotonic() - signalled < STOPPED_WITHIN_S, output
+    left = wait_until_gone(mark, timeout_s=5)
+    assert left == [], f"left running: {left}\n{output}"
+    assert not (tmp_path / "home" / "up.json").exists(), output
+    assert "plnt: unexpected" not in output, output
+    if after_s >= 0.8:  # earlier, the interpreter itself may be starting and say so
+        assert "Traceback" not in output, output
+
+
+def test_a_service_waiting_for_an_unreachable_nats_exits_soon_after_sigterm() -> None:
+    env = dict(os.environ, PLNT_NATS_URL=f"nats://127.0.0.1:{free_port()}")
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "plnt_cli", "serve", "watcher"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert watcher.stdout is not None
+    for line in watcher.stdout:  # until it is retrying the connection
+        if '"nats.error"' in line:
+            break
+    sent = time.monotonic()
+    watcher.send_signal(signal.SIGTERM)
+    output, _ = watcher.communicate(timeout=10)
+    assert time.monotonic() - sent < 2.0, output
+    assert watcher.returncode == 0, output
+    assert '"service.stopped"' in output
+
+
+def test_a_service_whose_nats_went_away_exits_soon_after_sigterm(tmp_path: Path) -> None:
+    server = NatsServer(store_dir=tmp_path / "nats", port=free_port()).start()
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "plnt_cli", "serve", "watcher"],
+        env=dict(os.environ, PLNT_NATS_URL=server.url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        asyncio.run(wait_for_durable(server.url, "watcher"))  # connected and consuming
+        server.stop(kill=True)
+        time.sleep(1.0)
+        sent = time.monotonic()
+        watcher.send_signal(signal.SIGTERM)
+        output, _ = watcher.communicate(timeout=15)
+        assert time.monotonic() - sent < 2.0, output
+        assert watcher.returncode == 0, output
+    finally:
+        watcher.kill()
+        server.stop(kill=True)
