@@ -116,7 +116,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "runnerChart" "backends" "kubeconfig")
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
   "promoter" (list "concurrency")
-  "router" (list "host" "port" "maxBodyBytes" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS")
+  "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS")
 }}
 {{- toJson (append (get $keys .) "metricsPort") }}
 {{- end }}
