@@ -32,14 +32,12 @@ MUTATED = (
 installer's decisions, the router's choice of target."""
 
 TESTS = (
-    "tests/common/test_bus_terminals.py",
-    "tests/common/test_bus_consumer.py",
-    "tests/common/test_bus_saga.py",
+    "tests/common/test_bus_*.py",
     "tests/common/test_projection.py",
     "tests/services/test_saga_logic.py",
     "tests/router/test_router_logic.py",
 )
-"""Fast tests of those modules (real nats-server where the bus is concerned)."""
+"""Fast tests of those modules (real nats-server where the bus is concerned); globs."""
 
 
 def package_dirs() -> list[Path]:
@@ -58,7 +56,8 @@ def stage(target: Path) -> None:
     settings += "\n[tool.mutmut]\n"
     settings += f"source_paths = {['src']!r}\n".replace("'", '"')
     settings += f"only_mutate = {[f'src/{m}' for m in MUTATED]!r}\n".replace("'", '"')
-    settings += f"pytest_add_cli_args_test_selection = {list(TESTS)!r}\n".replace("'", '"')
+    tests = sorted(str(p.relative_to(ROOT)) for pattern in TESTS for p in ROOT.glob(pattern))
+    settings += f"pytest_add_cli_args_test_selection = {tests!r}\n".replace("'", '"')
     settings += 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]\n'
     (target / "pyproject.toml").write_text(settings)
 
