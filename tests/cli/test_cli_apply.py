@@ -91,3 +91,19 @@ def test_a_relative_file_registry_from_stdin_is_resolved_against_the_working_dir
     assert plnt(capfd, "--nats", bus_url, "apply", "-f", "-").code == 0
     stored = json.loads(plnt(capfd, "--nats", bus_url, "get", "wr", "stdin-run", "-o", "json").out)
     assert stored["spec"]["workflow"]["registry"] == (tmp_path / "specs").as_uri()
+
+
+def test_a_resource_given_twice_is_refused_naming_both_places_and_nothing_is_applied(
+    capfd: pytest.CaptureFixture[str], bus_url: str, tmp_path: Path
+) -> None:
+    write_yaml(tmp_path / "a.yaml", run_manifest("twice"), run_manifest("once"))
+    write_yaml(
+        tmp_path / "b.yaml",
+        run_manifest("twice") | {"metadata": {"name": "twice", "namespace": "default"}},
+    )
+    line = plnt(capfd, "--nats", bus_url, "apply", "-f", str(tmp_path)).error_line
+    assert line == (
+        f"plnt: WorkflowRun 'twice' is given more than once "
+        f"({tmp_path / 'a.yaml'} document 1, {tmp_path / 'b.yaml'})"
+    )
+    assert "not found" in plnt(capfd, "--nats", bus_url, "get", "wr", "once").error_line

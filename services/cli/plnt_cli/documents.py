@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from plnt_common.errors import SpecInvalid
+from plnt_common.names import DEFAULT_NAMESPACE
 from plnt_common.resources import Resource, parse_resource
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
@@ -88,6 +89,7 @@ def parse_documents(documents: list[Document], *, namespace: str | None) -> list
     per_source = Counter(document.source for document in documents)
     seen: Counter[str] = Counter()
     resources = []
+    places: dict[tuple[str, str, str], list[str]] = {}
     for document in documents:
         seen[document.source] += 1
         where = [document.source] if len(per_source) > 1 else []
@@ -97,7 +99,19 @@ def parse_documents(documents: list[Document], *, namespace: str | None) -> list
             resources.append(_parsed(document, namespace=namespace))
         except SpecInvalid as exc:
             raise SpecInvalid(": ".join([*where, str(exc)])) from None
+        places.setdefault(_identity(resources[-1]), []).append(" ".join(where))
+    for (kind, _, name), found in places.items():
+        if len(found) > 1:  # only the last would stay: surely not what was meant
+            raise SpecInvalid(f"{kind} {name!r} is given more than once ({', '.join(found)})")
     return resources
+
+
+def _identity(resource: Resource) -> tuple[str, str, str]:
+    """Kind, namespace (a WorkflowRun's defaults to ``default``) and name: one stored object."""
+    namespace = (
+        resource.metadata.namespace or DEFAULT_NAMESPACE if resource.kind == "WorkflowRun" else ""
+    )
+    return resource.kind, namespace, resource.metadata.name
 
 
 def _parsed(document: Document, *, namespace: str | None) -> Resource:
