@@ -2,7 +2,12 @@
 
 from prometheus_client import Counter, Gauge, Histogram
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# Finer between 0.5 s and 5 s, where LLM workflows answer and p95 budgets (2500-3000 ms)
+# sit: a quantile interpolated inside a 2.5-5 s bucket could be off by a second.
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75,
+    1, 1.5, 2, 2.5, 3, 4, 5, 10, 30,
+)  # fmt: skip
 
 INVOCATION_DURATION = Histogram(
     "plnt_invocation_duration_seconds",
@@ -61,4 +66,17 @@ SIDE_EFFECTS = Counter(
     "Side effects a saga step carried out (spec_store, canary_install, canary_removal, "
     "runner_start, smoke_run, route_write, terminal_claim), once the server confirmed them.",
     ["service", "effect"],
+)
+
+# Additions to the contract's metrics: what calls spent at the LLM, for live analysis.
+# The runner counts them per call; the router adds what the runner's answer headers say.
+LLM_TOKENS = Counter(
+    "plnt_llm_tokens_total",
+    "LLM tokens spent by workflow invocations, by kind (prompt or completion).",
+    ["workflow", "revision", "kind"],
+)
+LLM_COST = Counter(
+    "plnt_llm_cost_usd_total",
+    "LLM cost of workflow invocations in US dollars, at the backend's llm prices.",
+    ["workflow", "revision"],
 )

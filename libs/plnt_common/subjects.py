@@ -17,6 +17,9 @@ RELEASES_BUCKET = "plnt-releases"
 SAGAS_BUCKET = "plnt-sagas"
 SPECS_OBJECT_STORE = "plnt-specs"
 
+ROUTER_FIGURES_PREFIX = "plnt.figures.router"
+"""Core NATS (not the stream): each router's cumulative call totals, about once a second."""
+
 
 def event_subject(event_type: EventType, namespace: str, name: str) -> str:
     """``plnt.evt.<type>.<namespace>.<name>``; names are DNS-1123 labels, so no wildcards."""
@@ -36,3 +39,13 @@ def run_filter(namespace: str, name: str) -> str:
 def durable_name(service: str) -> str:
     """The one durable pull consumer all replicas of a service share."""
     return f"plnt-{service}"
+
+
+def router_figures_subject(namespace: str, name: str) -> str:
+    """``plnt.figures.router.<namespace>.<name>``: one workflow's totals from one router."""
+    return f"{ROUTER_FIGURES_PREFIX}.{namespace}.{name}"
+
+
+def router_figures_filter() -> str:
+    """Every workflow's router totals, for a reader that follows them all."""
+    return f"{ROUTER_FIGURES_PREFIX}.>"
