@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from plnt_common.bus.connection import server_urls
 from plnt_common.errors import PlntError
 from plnt_common.settings import DEFAULT_NATS_URL
 
@@ -80,7 +81,7 @@ def resolve_nats_url(flag: str | None) -> str:
 
 def checked_nats_url(url: str, *, source: str) -> str:
     """``url`` if every comma-separated server in it has a valid host and port."""
-    for server in filter(None, (part.strip() for part in url.split(","))):
+    for server in server_urls(url):
         try:
             _port_of(server)
         except ValueError as exc:
