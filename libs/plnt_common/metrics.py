@@ -63,8 +63,8 @@ SAGA_STEP_RUNS = Counter(
 )
 SIDE_EFFECTS = Counter(
     "plnt_side_effects_total",
-    "Side effects a saga step carried out (spec_store, canary_install, canary_removal, "
-    "runner_start, smoke_run, route_write, terminal_claim), once the server confirmed them.",
+    "Side effects a saga step carried out (saga_request, spec_store, canary_install, "
+    "canary_removal, runner_start, smoke_run, route_write, terminal_claim).",
     ["service", "effect"],
 )
 

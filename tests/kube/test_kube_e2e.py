@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kube_support import GROUP, RUNS, VERSION
 from kubernetes import client, config
+from side_effects import MULTIPROCESS_DIR_ENV, counting_env, side_effects
 from stack_fixtures import start_stack
 from stack_support import (
     EXAMPLES,
@@ -53,7 +54,11 @@ def stack(
     cluster: tuple[KubeEmulator, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Supervisor]:
     # KUBECONFIG, not PLNT_WATCHER_KUBECONFIG: the watchers resolve it the standard way.
-    env = {**KUBE_ENV, "KUBECONFIG": str(cluster[1])}
+    env = {
+        **KUBE_ENV,
+        "KUBECONFIG": str(cluster[1]),
+        **counting_env(tmp_path_factory.mktemp("kube-metrics")),
+    }
     supervisor = start_stack(tmp_path_factory.mktemp("kube-stack"), replicas=2, env=env)
     yield supervisor
     supervisor.stop()
@@ -190,6 +195,8 @@ async def test_two_watchers_elect_one_leader_and_start_each_saga_once(
     assert len(watchers) == 2
 
     names = [f"kube-burst-{i}" for i in range(4)]
+    counted = Path(stack.config.extra_env[MULTIPROCESS_DIR_ENV])
+    before = side_effects(counted)
     await asyncio.gather(*(create(objects, registry, name) for name in names))
     await asyncio.gather(*(wait_run(objects, name, ready, timeout_s=60) for name in names))
 
@@ -204,6 +211,12 @@ async def test_two_watchers_elect_one_leader_and_start_each_saga_once(
         if "leader.elected" in (stack.log_dir / f"{label}.log").read_text()
     ]
     assert elected == [watchers[leader]]
+    # each saga requested by one watcher once (a second request would be dropped by the
+    # duplicate window, so the events alone cannot show it), and installed once
+    done = side_effects(counted)
+    done.subtract(before)
+    assert done[("watcher", "saga_request")] == len(names), done
+    assert done[("installer", "canary_install")] == len(names), done
     for name in names:
         kinds = Counter(e.event_type for e in await bus_client.events(name))
         assert kinds[EventType.RUN_REQUESTED] == 1, (name, kinds)

@@ -19,6 +19,7 @@ from plnt_common.events import (
     saga_id,
 )
 from plnt_common.logs import get_logger
+from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.projection import RunProjection, saga_order
 from plnt_common.resources import WorkflowRun, parse_resource
 from plnt_common.tasks import discarded_on_error
@@ -204,9 +205,10 @@ class ResourceLoop:
             source=SERVICE,
         )
         await faults.pause_point(SERVICE, EventType.RUN_REQUESTED.value, "after_effect")
-        # (another saga recorded: a newer one, another replica saw more)
-        if recorded == sagaid and await self._bus.publish(event):
-            log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
+        if recorded == sagaid:  # (else a newer saga is recorded, another replica saw more)
+            SIDE_EFFECTS.labels(SERVICE, "saga_request").inc()
+            if await self._bus.publish(event):
+                log.info("saga.requested", sagaid=sagaid, generation=facts.generation)
         self._requested[(facts.namespace, facts.name)] = _Requested(
             facts.uid, facts.generation, sagaid
         )
