@@ -16,11 +16,21 @@ from plnt_common.logs import get_logger
 from plnt_runner.admission import Saturated
 from plnt_runner.errors import StepFailed
 from plnt_runner.executor import Event, Executor, Invocation, StepFinished
-from plnt_runner.response import error_body, invocation_body, step_event, token_event
+from plnt_runner.response import (
+    error_body,
+    invocation_body,
+    invocation_usage,
+    step_event,
+    token_event,
+)
 from plnt_runner.state import RunnerState
 
 STATE = web.AppKey("plnt_runner_state", RunnerState)
 REVISION_HEADER = "x-plnt-revision"
+TOKENS_HEADER = "x-plnt-tokens"
+"""``<prompt>,<completion>`` tokens the call spent: the router adds them to its counters."""
+COST_HEADER = "x-plnt-cost-usd"
+"""The call's LLM cost in US dollars at the backend's prices."""
 RETRY_AFTER_S = 1
 """Retry-After on 429: invocations take about a second, so a slot frees up within one."""
 
@@ -73,7 +83,15 @@ async def _invoke_json(
         log.warning("invocation_failed", step=exc.step, tool=exc.tool, cause=exc.cause)
         return _error(500, exc.reason, str(exc), step=exc.step)
     state.record(status="ok", seconds=time.perf_counter() - started)
-    return web.json_response(_result(state, executor, invocation))
+    usage = invocation_usage(invocation)
+    cost = state.record_spend(usage)
+    return web.json_response(
+        _result(state, executor, invocation),
+        headers={
+            TOKENS_HEADER: f"{usage.prompt_tokens},{usage.completion_tokens}",
+            COST_HEADER: repr(cost),
+        },
+    )
 
 
 async def _invoke_sse(
@@ -114,6 +132,8 @@ async def _invoke_sse(
             )
         else:
             state.record(status="ok", seconds=time.perf_counter() - started)
+            # The headers left before the tokens were known: counted here, not by the router.
+            state.record_spend(invocation_usage(invocation))
             await response.write(_sse("result", _result(state, executor, invocation)))
         await response.write_eof()
     except ConnectionResetError:

@@ -8,7 +8,7 @@ from typing import Any
 
 from plnt_common.workflow import STREAMED_FIELD, Reply
 from plnt_runner.executor import Invocation, StepFinished, TokenEmitted
-from plnt_runner.usage import total_usage
+from plnt_runner.usage import TokenUsage, total_usage
 
 
 def invocation_body(
@@ -39,10 +39,15 @@ def invocation_body(
         "provider": provider,
         "duration_ms": round(invocation.duration_ms, 3),
         "reply": text,
-        "usage": total_usage(r.usage for r in invocation.steps.values()).as_dict(),
+        "usage": invocation_usage(invocation).as_dict(),
         "output": output,
         "steps": {step_id: step_body(result) for step_id, result in invocation.steps.items()},
     }
+
+
+def invocation_usage(invocation: Invocation) -> TokenUsage:
+    """The tokens every step of the invocation spent."""
+    return total_usage(result.usage for result in invocation.steps.values())
 
 
 def step_body(result: StepFinished) -> dict[str, Any]:

@@ -42,6 +42,15 @@ class RunnerSettings(CommonSettings):
         default="",
         description="Bearer token for the LLM API; empty sends no Authorization header.",
     )
+    llm_input_price_per_mtok_usd: float = Field(
+        default=0.0,
+        ge=0,
+        description="US dollars per million prompt tokens (the backend's llm prices); "
+        "with the output price it makes each call's cost.",
+    )
+    llm_output_price_per_mtok_usd: float = Field(
+        default=0.0, ge=0, description="US dollars per million completion tokens."
+    )
     max_in_flight: int = Field(
         default=64, ge=1, description="Invocations executed at the same time."
     )

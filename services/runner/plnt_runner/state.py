@@ -6,13 +6,14 @@ need the HTTP client session, which needs the running loop) and read by the hand
 
 from dataclasses import dataclass
 
-from plnt_common.metrics import INVOCATION_DURATION, INVOCATIONS
+from plnt_common.metrics import INVOCATION_DURATION, INVOCATIONS, LLM_COST, LLM_TOKENS
 from plnt_common.workflow import Workflow
 from plnt_runner.adapters.nvml import GpuProbe
 from plnt_runner.admission import Admission
 from plnt_runner.cache import StepCache
 from plnt_runner.executor import Executor
 from plnt_runner.settings import RunnerSettings
+from plnt_runner.usage import TokenUsage
 
 
 @dataclass
@@ -37,3 +38,16 @@ class RunnerState:
         INVOCATIONS.labels(*labels).inc()
         if seconds is not None:
             INVOCATION_DURATION.labels(*labels).observe(seconds)
+
+    def record_spend(self, usage: TokenUsage) -> float:
+        """Count one invocation's tokens and cost (``plnt_llm_*``); returns the cost in USD."""
+        settings = self.settings
+        cost = (
+            usage.prompt_tokens * settings.llm_input_price_per_mtok_usd
+            + usage.completion_tokens * settings.llm_output_price_per_mtok_usd
+        ) / 1_000_000
+        name, revision = self.name, settings.revision
+        LLM_TOKENS.labels(name, revision, "prompt").inc(usage.prompt_tokens)
+        LLM_TOKENS.labels(name, revision, "completion").inc(usage.completion_tokens)
+        LLM_COST.labels(name, revision).inc(cost)
+        return cost
