@@ -168,3 +168,15 @@ async def test_an_empty_claim_still_ends_the_saga(bus: Bus) -> None:
     await bus.sagas.create(cause.sagaid, b"")
     assert await bus.saga_ended(cause.sagaid) is True
     assert await bus.terminal_claim(cause.sagaid) == TerminalClaim("")
+
+
+async def test_an_empty_latest_record_reads_as_no_saga(bus: Bus) -> None:
+    await bus.sagas.put("latest.ns.blank", b"")
+    latest, revision = await latest_saga(bus, "ns", "blank")
+    assert (latest, revision > 0) == ("", True)
+
+
+def test_a_claim_holding_only_its_type_encodes_as_the_type() -> None:
+    assert TerminalClaim("run.failed").encode() == b"run.failed"
+    # bytes that are not UTF-8 still read back as a claim, never an error
+    assert TerminalClaim.decode(b"run.\xff") == TerminalClaim("run.\ufffd")

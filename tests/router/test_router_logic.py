@@ -123,3 +123,23 @@ def test_route_table_replace_all_drops_keys_missing_from_the_new_state() -> None
     assert b is not None
     assert b.entry.canary_weight == 10
     assert table.get("default.c") is not None
+
+
+def test_a_one_percent_canary_gets_one_call_in_a_hundred() -> None:
+    split = CanarySplit()
+    served = [choose_target(entry=entry(weight=1), split=split) for _ in range(100)]
+    assert served.count(CANARY) == 1
+
+
+@pytest.mark.parametrize(
+    ("route", "failed", "expected"),
+    [
+        (entry(weight=1), STABLE, CANARY),
+        (entry(stable=None, weight=50), STABLE.model_copy(update={"url": "http://gone"}), CANARY),
+    ],
+    ids=["a-one-percent-canary-is-a-fallback", "no-stable-the-canary-is-the-fallback"],
+)
+def test_a_canary_with_any_share_is_a_fallback(
+    route: RouteEntry, failed: RouteTarget, expected: RouteTarget
+) -> None:
+    assert fallback_target(entry=route, failed=failed) == expected

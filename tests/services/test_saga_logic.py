@@ -4,10 +4,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from plnt_common.events import CanaryRef, EventType, RunDeleted, new_event, saga_id
+from plnt_common.events import (
+    CanaryRef,
+    EventType,
+    RunDeleted,
+    RunSnapshot,
+    SpecPulled,
+    new_event,
+    saga_id,
+)
 from plnt_common.projection import RunProjection
-from plnt_common.releases import DesiredRelease, ReleaseRole
-from plnt_common.resources import SmokeTest, WorkflowRunStatus
+from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole
+from plnt_common.resources import PlntBackendSpec, SmokeTest, WorkflowRunSpec, WorkflowRunStatus
 from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_common.saga import SagaState, TerminalClaim, classify
 from plnt_common.status import Phase
@@ -335,3 +343,104 @@ def test_a_failed_canary_ends_rolled_back_only_when_a_stable_serves() -> None:
 def test_canary_ref_round_trips() -> None:
     ref = CanaryRef(revision="1.0.0-g1", release="wf-g1", url="http://x")
     assert CanaryRef.model_validate_json(ref.model_dump_json()) == ref
+
+
+def pulled(*, replicas_min: int, llm: dict[str, str] | None) -> SpecPulled:
+    spec = WorkflowRunSpec.model_validate(
+        {
+            "workflow": {"ref": "wf@1.0.0", "registry": "file:///registry"},
+            "backend": {"cluster": "c", "gpuClass": "nvidia.com/h100", "gpuCount": 2},
+            "replicas": {"min": replicas_min, "max": max(1, replicas_min)},
+        }
+    )
+    backend = PlntBackendSpec.model_validate({"type": "local", **({"llm": llm} if llm else {})})
+    return SpecPulled(
+        run=RunSnapshot(namespace="team", name="wf", generation=3, spec=spec),
+        spec_digest="sha256:" + "b" * 64,
+        workflow_name="wf",
+        workflow_version="1.0.0",
+        revision="1.0.0-g3",
+        backend_name="c",
+        backend=backend,
+    )
+
+
+def test_a_canary_release_is_desired_from_the_pulled_spec_and_its_backend() -> None:
+    llm = {"baseUrl": "https://llm.example/v1", "model": "m", "apiKeyEnv": "KEY"}
+    desired = installer.desired_canary(pulled(replicas_min=3, llm=llm), saga_id="team.wf.3.1")
+    assert desired == DesiredRelease(
+        namespace="team",
+        run_name="wf",
+        release="wf-g3",
+        revision="1.0.0-g3",
+        role=ReleaseRole.CANARY,
+        saga_id="team.wf.3.1",
+        spec_digest="sha256:" + "b" * 64,
+        workflow_name="wf",
+        replicas=3,
+        gpu_class="nvidia.com/h100",
+        gpu_count=2,
+        llm=LlmConfig(base_url="https://llm.example/v1", model="m", api_key_env="KEY"),
+    )
+    offline = installer.desired_canary(pulled(replicas_min=0, llm=None), saga_id="team.wf.3.1")
+    assert (offline.replicas, offline.llm) == (1, LlmConfig())
+
+
+def test_the_stable_revision_is_a_stable_release_of_another_saga_only() -> None:
+    canary_only = [release(2, ReleaseRole.CANARY)]
+    assert installer.stable_revision(canary_only) == ""
+    own_stable = [release(2, ReleaseRole.STABLE)]
+    assert installer.stable_revision(own_stable) == "1.0.0-g2"
+    assert installer.stable_revision(own_stable, excluding_saga=saga_id("default", "wf", 2)) == ""
+
+
+def test_only_older_sagas_releases_retire_after_a_promotion() -> None:
+    older_attempt = release(2, ReleaseRole.STABLE).model_copy(
+        update={"saga_id": saga_id("default", "wf", 2, 1)}
+    )
+    promoted = release(2, ReleaseRole.CANARY).model_copy(
+        update={"saga_id": saga_id("default", "wf", 2, 2), "release": "wf-g2-a2"}
+    )
+    retired = installer.retire_after_promotion(
+        [older_attempt, promoted], promoted_saga=promoted.saga_id
+    )
+    assert retired == [older_attempt]
+    assert installer.retire_after_promotion([promoted], promoted_saga=promoted.saga_id) == []
+
+
+def test_the_endpoint_ignores_a_trailing_slash_and_names_other_namespaces() -> None:
+    assert promoter.endpoint_url("http://r:8080/", "default", "wf") == (
+        "http://r:8080/workflows/wf/invoke"
+    )
+    assert promoter.endpoint_url("http://r:8080//", "team", "wf") == (
+        "http://r:8080/namespaces/team/workflows/wf/invoke"
+    )
+
+
+def test_a_route_target_keeps_the_canarys_release_and_the_entry_its_endpoint() -> None:
+    canary = CanaryRef(revision="2.0.0-g2", release="wf-g2", url="http://127.0.0.1:2")
+    routed = promoter.target(canary, "default.wf.2.1")
+    assert routed == RouteTarget(
+        revision="2.0.0-g2", url="http://127.0.0.1:2", saga_id="default.wf.2.1", release="wf-g2"
+    )
+    existing = RouteEntry(namespace="default", name="wf", stable=STABLE, endpoint="http://old")
+    added = promoter.with_canary(
+        existing,
+        namespace="default",
+        name="wf",
+        canary=routed,
+        traffic_percent=10,
+        endpoint="http://new",
+    )
+    assert added is not None and added.endpoint == "http://old"
+    fresh = promoter.with_canary(
+        None,
+        namespace="default",
+        name="wf",
+        canary=routed,
+        traffic_percent=10,
+        endpoint="http://new",
+    )
+    assert fresh is not None and fresh.endpoint == "http://new"
+    assert added is not None
+    assert promoter.promoted(added, "http://newer").endpoint == "http://newer"
