@@ -2,6 +2,8 @@
 
 import asyncio
 
+import structlog.testing
+
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer
@@ -253,3 +255,43 @@ async def test_waiting_for_a_successor_ends_when_it_arrives_or_when_the_time_is_
     later = loop.create_future()
     loop.call_later(0.05, later.set_result, None)
     assert await delivery_followed_by(later).successor_within(0) is False
+
+
+async def test_a_failure_that_cannot_be_published_is_tried_again_after_the_last_backoff(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("unrecorded"))
+    exhausted_at: list[float] = []
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        raise RuntimeError("always fails")
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        exhausted_at.append(loop.time())
+        if len(exhausted_at) == 1:
+            raise ConnectionError("bus down")
+        done.set()
+
+    spec = ConsumerSpec(
+        service="unrecorded",
+        filters=(subjects.event_filter(EventType.RUN_DELETED),),
+        max_attempts=1,
+        backoff_s=(0.05, 0.1, 0.8),
+    )
+    with structlog.testing.capture_logs() as logs:
+        await consume_until(bus, spec, handler, exhausted, done)
+    assert len(exhausted_at) == 2
+    assert exhausted_at[1] - exhausted_at[0] >= 0.7  # the last back-off, not the first
+    said = [(line["event"], line.get("error")) for line in logs if "exhausted" in line["event"]]
+    assert said[:3] == [
+        ("handler.exhausted", "always fails"),
+        (
+            "handler.exhausted_publish_failed",
+            "ConnectionError('bus down')",
+        ),
+        ("handler.exhausted", "delivery attempts exhausted"),
+    ]
+    await bus.close()
