@@ -28,6 +28,7 @@ from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.errors import BusUnavailable
 from plnt_common.events import Envelope
 from plnt_common.logs import get_logger
+from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.saga import TerminalClaim
 from plnt_common.settings import replicas_setting
 
@@ -134,6 +135,7 @@ class Bus:
         claim = TerminalClaim.of(envelope)
         try:
             await self.sagas.create(envelope.sagaid, claim.encode())
+            SIDE_EFFECTS.labels(self.service, "terminal_claim").inc()
         except KeyWrongLastSequenceError:
             existing = await self.terminal_claim(envelope.sagaid)
             if existing is None:  # purged meanwhile (tests); the saga is no longer tracked
@@ -142,7 +144,7 @@ class Bus:
                 log.info(
                     "saga.terminal_already_claimed",
                     sagaid=envelope.sagaid,
-                    event=envelope.event_type.value,
+                    refused=envelope.event_type.value,  # not ``event``: structlog's message
                     claimed_by=existing.event_type,
                 )
                 return False
