@@ -209,3 +209,30 @@ async def test_a_client_leaving_while_the_runner_works_frees_its_slot_at_once(
     async with http.post(f"{router}/workflows/echo/invoke", json={"second": True}) as response:
         assert response.status == 200
     assert invocations(499) == before + 1
+
+
+async def test_late_headers_behind_a_slow_call_get_their_408_after_its_answer_intact(
+    table: RouteTable, start_runner: Factory, make_route: Any, start_router: Factory
+) -> None:
+    runner = await start_runner("r1", delay_s=0.8)
+    table.put(key="default.echo", entry=make_route("echo", stable=runner))
+    router = await start_router(header_timeout_s=0.3)
+    address = urlsplit(router)
+    reader, writer = await asyncio.open_connection(address.hostname, address.port)
+    # A whole call, then (while it runs) the start of a second one that never completes.
+    writer.write(post("/workflows/echo/invoke", b'{"slow": true}'))
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    writer.write(b"GET /healthz HTTP/1.1\r\n")
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    first, _, rest = raw.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200 "), raw[:200]
+    length = int(
+        next(h for h in first.split(b"\r\n") if h.lower().startswith(b"content-length:")).split(
+            b":"
+        )[1]
+    )
+    assert json.loads(rest[:length])["output"] == {"slow": True}
+    assert rest[length:].startswith(b"HTTP/1.1 408 Request Timeout"), rest[length:][:100]

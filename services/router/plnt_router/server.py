@@ -54,6 +54,9 @@ class GuardedRequestHandler(web.RequestHandler):
         parsed = self._request_count
         super().data_received(data)
         if self._request_count != parsed:  # these bytes completed a request's headers
+            # (the parser does not say whether more bytes followed them in this read, so a
+            # request pipelined into the same read as the previous one starts no deadline:
+            # it waits at most the keep-alive timeout)
             self._body = self._messages[-1][1] if self._messages else None
             self._stop_header_timer()
         elif data and self._header_timer is None and (self._body is None or self._body.is_eof()):
@@ -74,8 +77,15 @@ class GuardedRequestHandler(web.RequestHandler):
 
     def _headers_timed_out(self, parsed: int) -> None:
         self._header_timer = None
-        if self._request_count != parsed or self._request_in_progress or self.transport is None:
-            return  # the headers completed meanwhile, or an answer is being written
+        if self._request_count != parsed or self.transport is None:
+            return  # the headers completed meanwhile
+        if self._request_in_progress:
+            # A pipelined request's headers are late while an earlier answer is being
+            # written: a 408 now would cut into it, so judge again after another period.
+            self._header_timer = self._loop.call_later(
+                self._header_timeout_s, self._headers_timed_out, parsed
+            )
+            return
         log.info("router.header_timeout", timeout_s=self._header_timeout_s)
         self.transport.write(header_timeout_answer(self._header_timeout_s))
         self.force_close()
