@@ -5,7 +5,9 @@ using a route table mirrored live from the ``plnt-routes`` KV bucket; it also sp
 OpenAI's chat-completions dialect and exports Prometheus metrics. It is not a workflow
 runner and it never writes routes: the promoter does.
 
-Layers: ``logic`` and ``table`` are pure; ``adapters`` hold the nats and aiohttp-client
-I/O; ``handlers`` are the HTTP endpoints; ``app`` wires them (``create_app``, ``serve``,
-``main``).
+Layers: ``logic``, ``table``, ``json_body``, ``sse``, ``openai_compat`` and
+``chat_stream`` are pure; ``adapters`` hold the nats and aiohttp-client I/O; ``handlers``
+and ``chat`` are the HTTP endpoints over ``pipeline``; ``server`` is aiohttp's
+connection protocol with the router's deadlines and JSON protocol errors; ``app`` wires
+them (``create_app``, ``app_runner``, ``serve``, ``main``).
 """

@@ -11,11 +11,11 @@ ending in ``data: [DONE]``. Reshaping lives in ``openai_compat``.
 import json
 import time
 import uuid
-from typing import Any
 
 from aiohttp import hdrs, web
 
 from plnt_router.adapters.upstream import UpstreamReply
+from plnt_router.chat_stream import ChatStream
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
 from plnt_router.logic import DEFAULT_NAMESPACE
 from plnt_router.openai_compat import (
@@ -142,7 +142,7 @@ class ChatHandlers:
     ) -> web.StreamResponse:
         """Turn the runner's SSE into chat chunks: each reply token as it arrives, then stop."""
         response = await _open_stream(request, call)
-        relay = _ChatRelay(chunks, with_usage=with_usage)
+        relay = ChatStream(chunks, with_usage=with_usage)
         try:
             await response.write(sse_event(json.dumps(chunks.role())))
             decoder = SseDecoder()
@@ -162,71 +162,6 @@ class ChatHandlers:
         except ConnectionResetError:
             call.status = CLIENT_CLOSED
         return response
-
-
-class _ChatRelay:
-    """What each runner event becomes on the chat stream; remembers how the run ended."""
-
-    def __init__(self, chunks: ChunkMaker, *, with_usage: bool) -> None:
-        self._chunks = chunks
-        self._with_usage = with_usage
-        self._streamed = False
-        self._ended = False
-        self.status: int | None = None
-        """Set when the run failed after the 200 went out: the status the metrics record."""
-
-    def on_event(self, event: str, data: str) -> bytes:
-        if self._ended:
-            return b""
-        if event == "token":
-            token = _json_object(data)
-            delta = token.get("delta")
-            if token.get("reply") is True and isinstance(delta, str) and delta:
-                self._streamed = True
-                return self._chunk(self._chunks.content(delta))
-        elif event == "result":
-            self._ended = True
-            result = _json_object(data)
-            out = b"" if self._streamed else self._chunk(self._chunks.content(reply_text(result)))
-            out += self._chunk(self._chunks.stop())
-            usage = run_usage(result)
-            if self._with_usage and usage is not None:
-                out += self._chunk(self._chunks.usage(usage))
-            return out
-        elif event == "error":
-            failure = _json_object(data)
-            status = failure.get("status")
-            return self.fail(status if isinstance(status, int) else 500, str(failure.get("error")))
-        return b""
-
-    def fail(self, status: int, message: str) -> bytes:
-        """The in-band error OpenAI clients raise on (the status line is long gone)."""
-        self._ended = True
-        self.status = status
-        return self._error(message)
-
-    def ending(self) -> bytes:
-        """What still has to be said once the runner's stream is over: an error if it
-        ended without a result."""
-        if self._ended:
-            return b""
-        return self.fail(502, "the runner's stream ended without a result")
-
-    @staticmethod
-    def _error(message: str) -> bytes:
-        return sse_event(json.dumps({"error": {"code": "workflow_failed", "message": message}}))
-
-    @staticmethod
-    def _chunk(chunk: dict[str, Any]) -> bytes:
-        return sse_event(json.dumps(chunk))
-
-
-def _json_object(data: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 async def _open_stream(request: web.Request, call: Call) -> web.StreamResponse:
