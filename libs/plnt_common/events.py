@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from plnt_common.errors import SpecInvalid
 from plnt_common.golden import GoldenResult
-from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
+from plnt_common.resources import AnalysisStatus, Canary, PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
 
 TYPE_PREFIX = "work.plnt."
@@ -37,6 +37,12 @@ class EventType(StrEnum):
     """The canary met its budgets."""
     SMOKE_FAILED = "smoke.failed"
     """The canary missed a budget, or was superseded before its verdict."""
+    CANARY_STEPPED = "canary.stepped"
+    """The canary holds the next weight of spec.canary.steps while live calls are judged."""
+    ANALYSIS_PASSED = "analysis.passed"
+    """A canary step's live calls met every budget: the next step, or 100% after the last."""
+    ANALYSIS_FAILED = "analysis.failed"
+    """A canary step broke a budget (or saw too little traffic): the canary is taken out."""
     RUN_READY = "run.ready"
     """Terminal: 100% of traffic on the new revision."""
     ROUTE_RESTORED = "route.restored"
@@ -138,6 +144,24 @@ class SmokeVerdict(_Data):
     figures: SmokeFigures
 
 
+class CanaryStepped(_Data):
+    canary: CanaryRef
+    plan: Canary = Field(description="The run's spec.canary: the steps, their interval, budgets.")
+    step: int = Field(ge=1, description="1-based position in plan.steps.", examples=[2])
+    traffic_percent: int = Field(ge=0, le=100, description="The weight this step holds.")
+    hold_s: float = Field(
+        gt=0, description="Longest the step may be held: its interval plus the traffic wait."
+    )
+
+
+class AnalysisVerdict(_Data):
+    canary: CanaryRef
+    plan: Canary
+    step: int = Field(ge=1, description="1-based position in plan.steps.")
+    traffic_percent: int = Field(ge=0, le=100)
+    figures: AnalysisStatus = Field(description="Both revisions' figures and the verdict.")
+
+
 class RunReady(_Data):
     revision: str
     endpoint: str
@@ -181,6 +205,9 @@ EVENT_DATA: dict[EventType, type[_Data]] = {
     EventType.INSTALL_FAILED: InstallFailed,
     EventType.SMOKE_PASSED: SmokeVerdict,
     EventType.SMOKE_FAILED: SmokeVerdict,
+    EventType.CANARY_STEPPED: CanaryStepped,
+    EventType.ANALYSIS_PASSED: AnalysisVerdict,
+    EventType.ANALYSIS_FAILED: AnalysisVerdict,
     EventType.RUN_READY: RunReady,
     EventType.ROUTE_RESTORED: RouteRestored,
     EventType.RUN_ROLLED_BACK: RunRolledBack,

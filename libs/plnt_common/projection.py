@@ -12,7 +12,9 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from plnt_common.events import (
+    AnalysisVerdict,
     CanaryInstalled,
+    CanaryStepped,
     Envelope,
     EventType,
     InstallFailed,
@@ -25,6 +27,7 @@ from plnt_common.events import (
     StepTimedOut,
 )
 from plnt_common.resources import (
+    AnalysisStatus,
     CanaryStatus,
     Condition,
     SmokeStatus,
@@ -39,8 +42,11 @@ STEP_RANK: dict[EventType, int] = {
     EventType.SMOKE_PASSED: 4,
     EventType.SMOKE_FAILED: 4,
     EventType.INSTALL_FAILED: 4,
-    EventType.STEP_TIMED_OUT: 4,
-    EventType.ROUTE_RESTORED: 5,
+    EventType.CANARY_STEPPED: 5,
+    EventType.ANALYSIS_PASSED: 5,
+    EventType.ANALYSIS_FAILED: 6,
+    EventType.STEP_TIMED_OUT: 6,
+    EventType.ROUTE_RESTORED: 7,
     EventType.RUN_READY: 9,
     EventType.RUN_ROLLED_BACK: 9,
     EventType.RUN_FAILED: 9,
@@ -51,6 +57,7 @@ STEP_RANK: dict[EventType, int] = {
 TERMINAL_RANK = STEP_RANK[EventType.RUN_READY]
 _NO_CANARY = CanaryStatus()
 _NO_SMOKE = SmokeStatus()
+_NO_ANALYSIS = AnalysisStatus()
 OPENING_EVENTS = frozenset({EventType.RUN_REQUESTED, EventType.RUN_DELETED})
 """Only these may open a projection: anything else for an unknown run is stale."""
 
@@ -77,6 +84,9 @@ class RunProjection(BaseModel):
     deleting: bool = False
     removed: bool = False
     stable_revision: str = ""
+    step_hold_s: float = Field(
+        default=0.0, description="Longest the canary step being held may take (its deadline)."
+    )
     stamps: dict[str, tuple[int, str]] = Field(
         default_factory=dict,
         description="Per field, the (step rank, event time) of the event that set it last.",
@@ -244,7 +254,9 @@ class _Draft:
         self.conditions = ()
         self.condition_updates.clear()
         self.updates.update(saga_id=event.sagaid, generation=event.generation)
-        self.status_updates.update(canary=_NO_CANARY, smoke=_NO_SMOKE, message="")
+        self.status_updates.update(
+            canary=_NO_CANARY, smoke=_NO_SMOKE, analysis=_NO_ANALYSIS, message=""
+        )
 
     def _set_condition(
         self, event: Envelope, kind: ConditionType, ok: bool, reason: str, message: str
@@ -370,6 +382,49 @@ def _smoke_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     }
 
 
+def _step_label(step: int, steps: tuple[int, ...]) -> str:
+    return f"{step}/{len(steps)}"
+
+
+def _stepped(current: _Draft, event: Envelope) -> dict[str, object]:
+    data: CanaryStepped = event.payload()
+    label = _step_label(data.step, data.plan.steps)
+    status = {
+        "phase": Phase.PROGRESSING,
+        "canary": CanaryStatus(
+            revision=data.canary.revision, traffic_percent=data.traffic_percent, step=label
+        ),
+        "message": f"step {label}: {data.traffic_percent}% on {data.canary.revision}, "
+        f"live calls judged for {data.plan.step_interval_s:g}s",
+    }
+    return {"step_hold_s": data.hold_s, "status": status}
+
+
+def _analysis_passed(current: _Draft, event: Envelope) -> dict[str, object]:
+    data: AnalysisVerdict = event.payload()
+    last = data.step >= len(data.plan.steps)
+    label = _step_label(data.step, data.plan.steps)
+    return {
+        "status": {
+            "phase": Phase.PROMOTING if last else Phase.PROGRESSING,
+            "analysis": data.figures,
+            "message": f"step {label} passed: {data.figures.reason}",
+        }
+    }
+
+
+def _analysis_failed(current: _Draft, event: Envelope) -> dict[str, object]:
+    data: AnalysisVerdict = event.payload()
+    label = _step_label(data.step, data.plan.steps)
+    return {
+        "status": {
+            "phase": Phase.ROLLING_BACK,
+            "analysis": data.figures,
+            "message": f"step {label} failed: {data.figures.reason}",
+        }
+    }
+
+
 def _install_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: InstallFailed = event.payload()
     conditions = [(ConditionType.CANARY_INSTALLED, False, data.reason, data.message)]
@@ -463,6 +518,9 @@ _STEP_UPDATES = {
     EventType.SMOKE_PASSED: _smoke_passed,
     EventType.SMOKE_FAILED: _smoke_failed,
     EventType.INSTALL_FAILED: _install_failed,
+    EventType.CANARY_STEPPED: _stepped,
+    EventType.ANALYSIS_PASSED: _analysis_passed,
+    EventType.ANALYSIS_FAILED: _analysis_failed,
     EventType.STEP_TIMED_OUT: _timed_out,
     EventType.ROUTE_RESTORED: _restored,
     EventType.RUN_READY: _ready,

@@ -4,6 +4,7 @@ Models validate everything the contract lists; ``parse_resource`` turns a YAML/J
 into one of them or raises ``SpecInvalid`` with a message naming the field.
 """
 
+import itertools
 import re
 from datetime import datetime
 from typing import Any, Literal
@@ -117,8 +118,79 @@ class Autoscaling(_Model):
     )
 
 
+DURATION = re.compile(r"^(?P<number>[0-9]+(\.[0-9]+)?)(?P<unit>ms|s|m|h)$")
+DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+MIN_STEP_INTERVAL_S = 0.1
+MAX_STEP_INTERVAL_S = 86_400.0
+MAX_CANARY_STEPS = 10
+DEFAULT_STEP_INTERVAL = "1m"
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds of a duration like ``500ms``, ``30s``, ``5m`` or ``1h``; ValueError otherwise."""
+    match = DURATION.match(text)
+    if match is None:
+        raise ValueError(f"must be a duration like 500ms, 30s or 5m, got {text!r}")
+    return float(match["number"]) * DURATION_UNITS_S[match["unit"]]
+
+
+class Analysis(_Model):
+    """Budgets each canary step's live calls must meet, judged beside the stable's."""
+
+    min_invocations: int = Field(
+        default=20,
+        ge=1,
+        le=1_000_000,
+        alias="minInvocations",
+        description="Fewer canary calls in a step: it waits (bounded), never passes empty.",
+    )
+    max_error_percent: float = Field(default=1, ge=0, le=100, alias="maxErrorPercent")
+    max_p95_ms: float = Field(default=2500, gt=0, le=600_000, alias="maxP95Ms")
+    max_p95_ratio_to_stable: float | None = Field(
+        default=None, gt=0, le=1000, alias="maxP95RatioToStable"
+    )
+    max_tokens_per_invocation: float | None = Field(
+        default=None, gt=0, alias="maxTokensPerInvocation"
+    )
+    max_cost_per_invocation_usd: float | None = Field(
+        default=None, gt=0, alias="maxCostPerInvocationUsd"
+    )
+
+
 class Canary(_Model):
     traffic_percent: int = Field(default=10, ge=0, le=100, alias="trafficPercent")
+    steps: tuple[int, ...] = Field(
+        default=(),
+        max_length=MAX_CANARY_STEPS,
+        description="Weights held in turn after the smoke test, each judged on live calls.",
+    )
+    step_interval: str | None = Field(
+        default=None, alias="stepInterval", description=f"Default {DEFAULT_STEP_INTERVAL}."
+    )
+    analysis: Analysis = Field(default_factory=Analysis)
+
+    @field_validator("steps")
+    @classmethod
+    def _steps_ascend_below_100(cls, steps: tuple[int, ...]) -> tuple[int, ...]:
+        if any(not 1 <= step <= 99 for step in steps):
+            raise ValueError(f"each step must be 1..99, got {list(steps)}")
+        if any(later <= earlier for earlier, later in itertools.pairwise(steps)):
+            raise ValueError(f"must ascend, got {list(steps)}")
+        return steps
+
+    @field_validator("step_interval")
+    @classmethod
+    def _interval_is_a_duration(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        seconds = duration_seconds(value)
+        if not MIN_STEP_INTERVAL_S <= seconds <= MAX_STEP_INTERVAL_S:
+            raise ValueError(f"must be between 100ms and 24h, got {value!r}")
+        return value
+
+    @property
+    def step_interval_s(self) -> float:
+        return duration_seconds(self.step_interval or DEFAULT_STEP_INTERVAL)
 
 
 class SmokeTest(_Model):
@@ -159,6 +231,28 @@ class Condition(_Model):
 class CanaryStatus(_Model):
     revision: str = ""
     traffic_percent: int = Field(default=0, alias="trafficPercent")
+    step: str = Field(default="", description="The step being held, like 2/3.")
+
+
+class RevisionFigures(_Model):
+    """One revision's live calls in one step's window."""
+
+    invocations: int = 0
+    error_percent: float = Field(default=0.0, alias="errorPercent")
+    p95_ms: float = Field(default=0.0, alias="p95Ms")
+    tokens_per_invocation: float = Field(default=0.0, alias="tokensPerInvocation")
+    cost_per_invocation_usd: float = Field(default=0.0, alias="costPerInvocationUsd")
+
+
+class AnalysisStatus(_Model):
+    """The last judged canary step: its verdict and both revisions' figures."""
+
+    step: str = ""
+    passed: bool = False
+    reason: str = ""
+    window_s: float = Field(default=0.0, alias="windowS")
+    canary: RevisionFigures = Field(default_factory=RevisionFigures)
+    stable: RevisionFigures = Field(default_factory=RevisionFigures)
 
 
 class SmokeStatus(_Model):
@@ -180,6 +274,7 @@ class WorkflowRunStatus(_Model):
     spec_digest: str = Field(default="", alias="specDigest")
     canary: CanaryStatus = Field(default_factory=CanaryStatus)
     smoke: SmokeStatus = Field(default_factory=SmokeStatus)
+    analysis: AnalysisStatus = Field(default_factory=AnalysisStatus)
     saga_id: str = Field(default="", alias="sagaId")
     message: str = ""
 

@@ -22,6 +22,13 @@ GOLDEN_HAS_A_RULE = (
     "|| has(self.matches) || has(self.similarTo)"
 )
 THRESHOLD_NEEDS_REFERENCE = "!has(self.minSimilarity) || has(self.similarTo)"
+STEPS_ASCEND = (
+    "!has(self.steps) || ("
+    + " && ".join(
+        f"(size(self.steps) <= {i + 1} || self.steps[{i}] < self.steps[{i + 1}])" for i in range(9)
+    )
+    + ")"
+)
 
 
 def _named(name: str) -> dict[str, Any]:
@@ -92,6 +99,16 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
             {"contains": [], "matches": "x"},
         ],
         [{}, {"contains": []}, {"contains": [], "notContains": []}, {"minSimilarity": 0.5}],
+    ),
+    STEPS_ASCEND: (
+        [
+            {},
+            {"steps": []},
+            {"steps": [50]},
+            {"steps": [10, 25, 50]},
+            {"steps": list(range(1, 11))},
+        ],
+        [{"steps": [25, 10]}, {"steps": [10, 10]}, {"steps": [*range(1, 10), 5]}],
     ),
     THRESHOLD_NEEDS_REFERENCE: (
         [{"similarTo": "x", "minSimilarity": 0.5}, {"similarTo": "x"}, {"contains": ["x"]}],

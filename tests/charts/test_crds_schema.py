@@ -118,6 +118,7 @@ def test_workflowrun_names_scope_and_columns() -> None:
         "Phase": ("string", ".status.phase"),
         "Revision": ("string", ".status.revision"),
         "Canary %": ("integer", ".status.canary.trafficPercent"),
+        "Step": ("string", ".status.canary.step"),
         "Endpoint": ("string", ".status.endpoint"),
         "Age": ("date", ".metadata.creationTimestamp"),
     }

@@ -6,8 +6,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from plnt_common.events import (
+    AnalysisVerdict,
     CanaryInstalled,
     CanaryRef,
+    CanaryStepped,
     Envelope,
     EventType,
     InstallFailed,
@@ -36,7 +38,7 @@ from plnt_common.projection import (
     run_key,
     saga_order,
 )
-from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
+from plnt_common.resources import AnalysisStatus, Canary, PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Phase, Reason
 
 SPEC = WorkflowRunSpec.model_validate(
@@ -254,6 +256,9 @@ def random_data(
     figures = SmokeFigures(
         invocations=rng.randint(1, 9), p95_ms=rng.random() * 100, passed=rng.random() < 0.5
     )
+    plan = Canary(steps=(10, 50), step_interval="1s")
+    step = rng.randint(1, 2)
+    analysis = AnalysisStatus(step=f"{step}/2", passed=rng.random() < 0.5, reason="figures")
     payloads = {
         EventType.RUN_REQUESTED: lambda: RunRequested(run=run),
         EventType.SPEC_PULLED: lambda: SpecPulled(
@@ -272,6 +277,15 @@ def random_data(
         EventType.SMOKE_PASSED: lambda: SmokeVerdict(canary=ref, figures=figures),
         EventType.SMOKE_FAILED: lambda: SmokeVerdict(canary=ref, figures=figures),
         EventType.STEP_TIMED_OUT: lambda: StepTimedOut(phase="Smoking", deadline_s=5),
+        EventType.CANARY_STEPPED: lambda: CanaryStepped(
+            canary=ref, plan=plan, step=step, traffic_percent=plan.steps[step - 1], hold_s=2
+        ),
+        EventType.ANALYSIS_PASSED: lambda: AnalysisVerdict(
+            canary=ref, plan=plan, step=step, traffic_percent=10, figures=analysis
+        ),
+        EventType.ANALYSIS_FAILED: lambda: AnalysisVerdict(
+            canary=ref, plan=plan, step=step, traffic_percent=10, figures=analysis
+        ),
         EventType.ROUTE_RESTORED: lambda: RouteRestored(
             revision=revision, stable_revision=stable, reason=reason, message=rng.choice(["", "x"])
         ),

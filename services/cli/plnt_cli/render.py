@@ -47,11 +47,12 @@ def workflowrun_rows(objects: list[dict[str, Any]]) -> str:
                 serving(status),
                 status.get("revision") or "-",
                 f"{percent}%" if canary.get("revision") else "-",
+                canary.get("step") or "-",
                 status.get("endpoint") or "-",
                 age(body["metadata"].get("creationTimestamp")),
             ]
         )
-    return table(["NAME", "PHASE", "SERVING", "REVISION", "CANARY", "ENDPOINT", "AGE"], rows)
+    return table(["NAME", "PHASE", "SERVING", "REVISION", "CANARY", "STEP", "ENDPOINT", "AGE"], rows)
 
 
 def serving(status: dict[str, Any]) -> str:

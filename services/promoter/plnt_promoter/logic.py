@@ -75,6 +75,31 @@ def decide_on_pass(state: SagaState, entry: RouteEntry | None, saga_id: str) -> 
     return Verdict.WAIT
 
 
+def steps_apply(steps: tuple[int, ...], entry: RouteEntry | None) -> bool:
+    """Stepped delivery needs steps and a stable revision to judge the canary beside.
+
+    A first rollout has nothing else serving: it is promoted after the smoke test.
+    """
+    return bool(steps) and entry is not None and entry.stable is not None
+
+
+def at_step_weight(entry: RouteEntry | None, *, saga_id: str, weight: int) -> RouteEntry | None:
+    """The route with this saga's canary at ``weight``; None (no write) when it is not.
+
+    Weights only rise within a saga (the steps ascend), so a redelivered earlier step can
+    never pull a later step's weight back down.
+    """
+    if entry is None or entry.canary is None or entry.canary.saga_id != saga_id:
+        return None
+    if entry.stable is None or entry.canary_weight >= weight:
+        return None
+    return entry.model_copy(update={"canary_weight": weight})
+
+
+def canary_is_routed(entry: RouteEntry | None, saga_id: str) -> bool:
+    return entry is not None and entry.canary is not None and entry.canary.saga_id == saga_id
+
+
 def decide_on_failure(state: SagaState) -> Verdict:
     return Verdict.IGNORE if state is SagaState.ENDED else Verdict.RESTORE
 

@@ -89,6 +89,8 @@ def overdue_phase(
     """The phase and its deadline when the current saga step has run too long."""
     phase = projection.status.phase
     deadline = deadlines.get(phase.value)
+    if deadline is not None and phase is Phase.PROGRESSING:
+        deadline += projection.step_hold_s  # a step's own length is the run's: its spec's
     if deadline is None or projection.phase_since is None or not projection.saga_active:
         return None
     if phase in (Phase.DELETING,) or projection.deleting:

@@ -37,6 +37,12 @@ class WatcherSettings(CommonSettings):
     deadline_smoking_s: float = Field(
         default=300.0, gt=0, description="Longest a smoke test may take."
     )
+    deadline_progressing_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Longest a canary step may run past its own hold (its stepInterval "
+        "plus the bounded wait for traffic): covers a promoter restart and redelivery.",
+    )
     deadline_promoting_s: float = Field(
         default=60.0, gt=0, description="Longest a promotion may take."
     )
@@ -111,5 +117,6 @@ class WatcherSettings(CommonSettings):
             "Pulling": self.deadline_pulling_s,
             "Installing": self.deadline_installing_s,
             "Smoking": self.deadline_smoking_s,
+            "Progressing": self.deadline_progressing_s,
             "Promoting": self.deadline_promoting_s,
         }
