@@ -15,11 +15,21 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from plnt_common.errors import PlntError
+
+
+class FiguresUnavailable(PlntError):
+    """The live figures cannot be read now (bus or Prometheus unreachable): try later."""
+
+    retryable = True
+    reason = "FiguresUnavailable"
+
 
 class RevisionTotals(BaseModel):
     """Cumulative counts of one revision since its counters started (they only grow)."""
 
-    model_config = ConfigDict(frozen=True)
+    # The +Inf bucket bound travels as JSON's customary ``Infinity``, not as null.
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
 
     invocations: int = Field(default=0, ge=0, description="Calls answered, any status.")
     errors: int = Field(default=0, ge=0, description="Calls answered with a 5xx status.")
@@ -175,6 +185,6 @@ class FiguresSource(Protocol):
     async def totals(self, *, namespace: str, name: str) -> Mapping[str, RevisionTotals]:
         """Totals by revision label; a revision that served nothing yet is absent.
 
-        Raises ``plnt_common.errors.PlntError`` subclasses for an unreachable source.
+        Raises ``FiguresUnavailable`` (a ``PlntError``) for an unreachable source.
         """
         ...

@@ -16,6 +16,7 @@ from aiohttp import web
 from plnt_common import event_loop
 from plnt_common.bus import connect
 from plnt_common.logs import configure_logging, get_logger
+from plnt_router.adapters.figures_publisher import FiguresPublisher
 from plnt_router.adapters.route_watch import RouteWatcher
 from plnt_router.adapters.upstream import RunnerClient
 from plnt_router.chat import ChatHandlers
@@ -88,7 +89,8 @@ def app_runner(app: web.Application, *, settings: RouterSettings) -> web.AppRunn
 
 
 async def _watch_routes(*, settings: RouterSettings, table: RouteTable) -> None:
-    """Connect to NATS (waiting for it as long as it takes) and keep ``table`` current."""
+    """Connect to NATS (waiting for it as long as it takes), keep ``table`` current and
+    publish the live figures."""
     nc = None
     failing = False
     while nc is None:
@@ -105,7 +107,10 @@ async def _watch_routes(*, settings: RouterSettings, table: RouteTable) -> None:
             await asyncio.sleep(NATS_RETRY_S)
     log.info("router.nats_connected", url=settings.nats_url)
     try:
-        await RouteWatcher(nc=nc, table=table).run()
+        await asyncio.gather(
+            RouteWatcher(nc=nc, table=table).run(),
+            FiguresPublisher(nc=nc, interval_s=settings.figures_interval_s).run(),
+        )
     finally:
         await nc.close()
 

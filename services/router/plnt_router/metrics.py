@@ -7,7 +7,7 @@ label lookup. It does not expose ``/metrics`` (``handlers`` does).
 
 from prometheus_client import Counter, Histogram
 
-from plnt_common.metrics import INVOCATION_DURATION, INVOCATIONS, QUEUE_DEPTH
+from plnt_common.metrics import INVOCATION_DURATION, INVOCATIONS, LLM_COST, LLM_TOKENS, QUEUE_DEPTH
 
 COMPONENT = "router"
 
@@ -22,6 +22,7 @@ class InvocationMetrics:
 
     def __init__(self) -> None:
         self._series: dict[tuple[str, str, int], tuple[Histogram, Counter]] = {}
+        self._spend: dict[tuple[str, str], tuple[Counter, Counter, Counter]] = {}
 
     def observe(self, *, workflow: str, revision: str, status: int, seconds: float) -> None:
         key = (workflow, revision, status)
@@ -32,6 +33,33 @@ class InvocationMetrics:
             self._series[key] = series
         series[0].observe(seconds)
         series[1].inc()
+
+    def spend(self, *, workflow: str, revision: str, tokens: str, cost: str | None) -> None:
+        """Add what a runner's answer says the call spent to ``plnt_llm_tokens_total`` and
+        ``plnt_llm_cost_usd_total``: ``tokens`` is its ``<prompt>,<completion>`` header.
+
+        A malformed header is ignored: the answer itself is still good.
+        """
+        prompt, _, completion = tokens.partition(",")
+        try:
+            prompt_tokens, completion_tokens = int(prompt), int(completion)
+            cost_usd = float(cost) if cost else 0.0
+        except ValueError:
+            return
+        if min(prompt_tokens, completion_tokens, cost_usd) < 0:
+            return
+        key = (workflow, revision)
+        counters = self._spend.get(key)
+        if counters is None:
+            counters = (
+                LLM_TOKENS.labels(workflow, revision, "prompt"),
+                LLM_TOKENS.labels(workflow, revision, "completion"),
+                LLM_COST.labels(workflow, revision),
+            )
+            self._spend[key] = counters
+        counters[0].inc(prompt_tokens)
+        counters[1].inc(completion_tokens)
+        counters[2].inc(cost_usd)
 
 
 _QUEUE_DEPTH = QUEUE_DEPTH.labels(component=COMPONENT)

@@ -44,6 +44,9 @@ INVOKE_PATH = "/invoke"
 # Correlation headers worth carrying to the runner; everything else (notably the router's
 # Authorization) stays at the router.
 FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
+TOKENS_HEADER = "x-plnt-tokens"
+COST_HEADER = "x-plnt-cost-usd"
+"""What the runner's answer says the call spent: ``<prompt>,<completion>`` tokens, USD."""
 CLIENT_CLOSED = 499
 """Status recorded for a call whose client went away before its answer (nginx's code)."""
 
@@ -294,9 +297,18 @@ class CallPipeline:
         stream: bool,
     ) -> UpstreamReply:
         call.revision = target.revision
-        return await self._runners.post(
+        reply = await self._runners.post(
             url=target.url.rstrip("/") + INVOKE_PATH, body=body, headers=headers, stream=stream
         )
+        tokens = reply.header(TOKENS_HEADER)
+        if tokens is not None:
+            self._metrics.spend(
+                workflow=call.workflow,
+                revision=call.revision,
+                tokens=tokens,
+                cost=reply.header(COST_HEADER),
+            )
+        return reply
 
     async def read_reply(self, call: Call, reply: UpstreamReply) -> bytes:
         """The runner's whole body. Raises 502 or 504 when the runner fails while sending it."""

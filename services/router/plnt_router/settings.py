@@ -86,6 +86,12 @@ class RouterSettings(CommonSettings):
         ge=0,
         description="On SIGTERM/SIGINT, how long in-flight calls may take to finish.",
     )
+    figures_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the router publishes its cumulative call totals per workflow "
+        "and revision on the bus, for the promoter's live analysis.",
+    )
     api_keys: dict[str, SecretStr] | None = Field(
         default=None,
         description=(

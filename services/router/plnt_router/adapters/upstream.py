@@ -375,6 +375,10 @@ class UpstreamReply:
         """The Content-Type header as the runner sent it, parameters included."""
         return self._headers.get("content-type", "application/octet-stream")
 
+    def header(self, name: str) -> str | None:
+        """One header of the answer by its lower-case name; None when the runner sent none."""
+        return self._headers.get(name)
+
     @property
     def is_event_stream(self) -> bool:
         return self.content_type.partition(";")[0].strip().lower() == "text/event-stream"

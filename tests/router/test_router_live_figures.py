@@ -1,0 +1,68 @@
+"""The router's live figures: what a runner's spend headers add, and what the totals read
+off the router's own counters hold (a real router app on a real socket, real runners)."""
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from conftest import FakeRunner
+
+from plnt_common.figures import RevisionTotals
+from plnt_router.live_figures import collect_totals
+
+
+def spending_runner_app(
+    runner: FakeRunner, *, tokens: str, cost: str, status: int
+) -> web.Application:
+    async def invoke(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(
+            {"revision": runner.revision},
+            status=status,
+            headers={
+                "x-plnt-revision": runner.revision,
+                "x-plnt-tokens": tokens,
+                "x-plnt-cost-usd": cost,
+            },
+        )
+
+    app = web.Application()
+    app.router.add_post("/invoke", invoke)
+    return app
+
+
+async def test_spend_headers_and_statuses_make_the_totals_of_each_revision(
+    start_app: Callable[..., Awaitable[str]],
+    start_router: Callable[..., Awaitable[str]],
+    table: Any,
+    make_route: Callable[..., Any],
+    http: aiohttp.ClientSession,
+) -> None:
+    stable, canary = FakeRunner("lf-stable"), FakeRunner("lf-canary")
+    stable.url = await start_app(
+        spending_runner_app(stable, tokens="30,12", cost="0.0002", status=200)
+    )
+    canary.url = await start_app(spending_runner_app(canary, tokens="7,oops", cost="1", status=503))
+    entry = make_route("live-figures", stable=stable, canary=canary, weight=50)
+    table.put(key="default.live-figures", entry=entry)
+    router = await start_router()
+    statuses = []
+    for _ in range(4):
+        async with http.post(f"{router}/workflows/live-figures/invoke", json={}) as response:
+            statuses.append(response.status)
+    assert sorted(statuses) == [200, 200, 503, 503], "a bad spend header spoils no answer"
+    async with http.post(f"{router}/workflows/not-deployed/invoke", json={}) as response:
+        assert response.status == 404
+
+    totals = collect_totals()[("default", "live-figures")]
+    assert set(totals) == {"lf-stable", "lf-canary"}
+    assert totals["lf-stable"].model_copy(update={"latency_buckets": ()}) == RevisionTotals(
+        invocations=2, errors=0, tokens=84, cost_usd=0.0004
+    )
+    # A malformed tokens header adds nothing; the 503 still counts, as an error.
+    assert totals["lf-canary"].model_copy(update={"latency_buckets": ()}) == RevisionTotals(
+        invocations=2, errors=2, tokens=0, cost_usd=0.0
+    )
+    assert dict(totals["lf-stable"].latency_buckets)[float("inf")] == 2
+    assert all(namespace and name for namespace, name in collect_totals())
