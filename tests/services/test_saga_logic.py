@@ -415,6 +415,9 @@ def test_the_endpoint_ignores_a_trailing_slash_and_names_other_namespaces() -> N
     assert promoter.endpoint_url("http://r:8080//", "team", "wf") == (
         "http://r:8080/namespaces/team/workflows/wf/invoke"
     )
+    assert promoter.endpoint_url("http://routerX", "default", "wf") == (  # only slashes go
+        "http://routerX/workflows/wf/invoke"
+    )
 
 
 def test_a_route_target_keeps_the_canarys_release_and_the_entry_its_endpoint() -> None:
