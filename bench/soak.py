@@ -3,11 +3,13 @@ restarts nats-server; then every promise of the saga is checked.
 
 ``python -m bench.soak --runs 200`` (``task soak``) prints a table: sagas, kills, restarts,
 duplicates dropped, lost (must be 0), and the checks. A short version runs in the test
-suite (tests/faults/test_faults_soak.py).
+suite (tests/faults/test_faults_soak.py). ``--nats-cluster 3`` runs NATS as three nodes
+with 3 replicas, and the chaos loop's server faults kill one node at a time.
 """
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -34,6 +36,7 @@ from plnt_common.nats_server import free_ports
 from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
+from plnt_common.testing.cluster import wait_until_replicated
 from plnt_common.testing.projections import stored_projections
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -135,17 +138,28 @@ def run_document(name: str, registry: Path, version: str, percent: int) -> dict[
 
 
 class Soak:
-    def __init__(self, *, runs: int, seed: int, data_dir: Path, chaos_every_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        runs: int,
+        seed: int,
+        data_dir: Path,
+        chaos_every_s: float,
+        nats_cluster: int = 1,
+    ) -> None:
         self.runs = runs
         self.random = random.Random(seed)
         self.data_dir = data_dir
         self.chaos_every_s = chaos_every_s
         self.report = SoakReport(runs=runs)
-        nats_port, router_port = free_ports(2)
+        # with --nats-cluster, the chaos loop SIGKILLs one node at a time and plnt up's
+        # supervisor starts it again, as it would for a laptop's single nats-server
+        nats_port, router_port, *peer_ports = free_ports(1 + nats_cluster)
         self.config = StackConfig(
             data_dir=data_dir,
             nats_port=nats_port,
             router_port=router_port,
+            nats_peer_ports=tuple(peer_ports),
             extra_env={"PLNT_INSTALLER_READY_TIMEOUT_S": "60", "PLNT_LOG_LEVEL": "info"},
         )
         self.supervisor = Supervisor(self.config, say=lambda line: None)
@@ -162,6 +176,8 @@ class Soak:
             try:
                 await self._drive(bus)
                 await self._settle(bus)
+                if len(self.supervisor.nats_nodes()) > 1:  # the last node killed caught up
+                    await wait_until_replicated(bus.js, timeout_s=120)
                 await self._check(bus)
             finally:
                 await bus.close()
@@ -227,7 +243,7 @@ class Soak:
             if self.ticks >= MIN_FAULTS:
                 self.enough_faults.set()
             if self.ticks % 4 == 2:  # every fourth fault takes the server down, the rest a service
-                self.supervisor.restart_nats(kill=True)
+                self._kill_nats()
                 self.report.nats_restarts += 1
                 continue
             candidates = [
@@ -242,6 +258,16 @@ class Soak:
                     self.report.kills += 1
                 except ProcessLookupError:
                     pass
+
+    def _kill_nats(self) -> None:
+        """One node SIGKILLed, left to plnt up to restart; a single server is restarted here."""
+        nodes = self.supervisor.nats_nodes()
+        if len(nodes) == 1:
+            self.supervisor.restart_nats(kill=True)
+            return
+        victim = self.random.choice([node for node in nodes if node.process is not None])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim.pid, signal.SIGKILL)
 
     async def _settle(self, bus: Bus, timeout_s: float = 600) -> None:
         """Wait until every run is final for its last generation and deleted runs are gone."""
@@ -369,11 +395,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--chaos-every", type=float, default=2.0, help="seconds between faults")
+    parser.add_argument(
+        "--nats-cluster",
+        type=int,
+        choices=(1, 3, 5),
+        default=1,
+        help="NATS nodes (3: a cluster with 3 replicas; the chaos loop kills one node)",
+    )
     args = parser.parse_args()
     configure_logging(level="warning", fmt="console")
     with tempfile.TemporaryDirectory(prefix="plnt-soak-") as tmp:
         soak = Soak(
-            runs=args.runs, seed=args.seed, data_dir=Path(tmp), chaos_every_s=args.chaos_every
+            runs=args.runs,
+            seed=args.seed,
+            data_dir=Path(tmp),
+            chaos_every_s=args.chaos_every,
+            nats_cluster=args.nats_cluster,
         )
         report = asyncio.run(soak.run())
     print(report.table())
