@@ -236,3 +236,16 @@ async def test_late_headers_behind_a_slow_call_get_their_408_after_its_answer_in
     )
     assert json.loads(rest[:length])["output"] == {"slow": True}
     assert rest[length:].startswith(b"HTTP/1.1 408 Request Timeout"), rest[length:][:100]
+
+
+async def test_an_over_long_name_is_a_404_whose_message_does_not_echo_it_whole(
+    start_router: Factory, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router()
+    name = "n" * 5000  # fits in a request line, longer than any workflow name
+    async with http.post(f"{router}/workflows/{name}/invoke", json={}) as response:
+        assert response.status == 404
+        error = (await response.json())["error"]
+    assert error["code"] == "workflow_not_found"
+    assert "(5000 characters, more than a name may have)" in error["message"]
+    assert len(error["message"]) < 200

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import hdrs, web
 
 from plnt_common.logs import get_logger
+from plnt_common.names import MAX_RUN_NAME
 from plnt_common.routes import RouteTarget, route_key
 from plnt_router.adapters.upstream import RunnerClient, UpstreamReply
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
@@ -41,6 +42,8 @@ from plnt_router.table import Route, RouteTable
 log = get_logger(__name__)
 
 INVOKE_PATH = "/invoke"
+MAX_NAMESPACE = 63
+"""A Kubernetes namespace is a DNS-1123 label: at most 63 characters."""
 # Correlation headers worth carrying to the runner; everything else (notably the router's
 # Authorization) stays at the router.
 FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
@@ -69,6 +72,13 @@ class Call:
     @property
     def workflow(self) -> str:
         return f"{self.namespace}/{self.name}" if self.known else ""
+
+
+def _quoted(name: str, limit: int) -> str:
+    """``'name'`` for a message, cut when longer than any real name (a URL can hold 8 KB)."""
+    if len(name) <= limit:
+        return f"'{name}'"
+    return f"'{name[:limit]}...' ({len(name)} characters, more than a name may have)"
 
 
 class _Slot:
@@ -177,7 +187,8 @@ class CallPipeline:
             raise reject(
                 404,
                 "workflow_not_found",
-                f"workflow '{call.name}' is not deployed in namespace '{call.namespace}'",
+                f"workflow {_quoted(call.name, MAX_RUN_NAME)} is not deployed in namespace "
+                f"{_quoted(call.namespace, MAX_NAMESPACE)}",
             )
         call.known = True
         if not route.entry.has_ready_target():
