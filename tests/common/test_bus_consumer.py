@@ -3,6 +3,7 @@
 import asyncio
 
 import structlog.testing
+from nats.js import api
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
@@ -295,3 +296,47 @@ async def test_a_failure_that_cannot_be_published_is_tried_again_after_the_last_
         ("handler.exhausted", "delivery attempts exhausted"),
     ]
     await bus.close()
+
+
+async def test_the_durable_consumer_is_created_with_the_delivery_rules(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+
+    async def never(event: Envelope, delivery: Delivery) -> None:
+        raise AssertionError("nothing is delivered here")
+
+    async def never_exhausted(event: Envelope, exc: BaseException) -> None:
+        raise AssertionError("nothing is delivered here")
+
+    filters = (
+        subjects.event_filter(EventType.RUN_DELETED),
+        subjects.event_filter(EventType.RUN_READY),
+    )
+    for service, concurrency, pending in (("rules-small", 16, 1000), ("rules-wide", 300, 1200)):
+        spec = ConsumerSpec(
+            service=service, filters=filters, ack_wait_s=7.0, concurrency=concurrency
+        )
+        await EventConsumer(bus, spec, never, never_exhausted).ensure_consumer()
+        config = (await bus.js.consumer_info(subjects.STREAM, f"plnt-{service}")).config
+        assert (
+            config.durable_name,
+            config.filter_subjects,
+            config.ack_policy,
+            config.deliver_policy,
+            config.ack_wait,
+            config.max_deliver,
+            config.max_ack_pending,
+        ) == (
+            f"plnt-{service}",
+            list(filters),
+            api.AckPolicy.EXPLICIT,
+            api.DeliverPolicy.ALL,
+            7.0,
+            -1,  # unlimited: a crash on the last attempt cannot lose the message
+            pending,
+        )
+    await bus.close()
+
+
+def test_the_back_off_follows_the_attempts_then_stays_at_the_last() -> None:
+    spec = ConsumerSpec(service="s", filters=(), backoff_s=(0.1, 0.2, 0.4))
+    assert [spec.delay_for(attempt) for attempt in (1, 2, 3, 4, 9)] == [0.1, 0.2, 0.4, 0.4, 0.4]
