@@ -63,6 +63,9 @@ class LlmConfig(BaseModel):
     base_url: str = ""
     model: str = ""
     api_key_env: str | None = None
+    input_price_per_mtok_usd: float = 0.0
+    """US dollars per million prompt tokens; 0 counts calls as free."""
+    output_price_per_mtok_usd: float = 0.0
 
 
 class DesiredRelease(BaseModel):

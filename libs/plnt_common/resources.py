@@ -335,6 +335,20 @@ class LlmEndpoint(_Model):
         alias="apiKeyEnv",
         description="Local backend: the environment variable that holds the API key.",
     )
+    input_price_per_mtok_usd: float | None = Field(
+        default=None,
+        alias="inputPricePerMTokUsd",
+        ge=0,
+        description="US dollars per million prompt tokens: the cost live analysis judges.",
+        examples=[0.15],
+    )
+    output_price_per_mtok_usd: float | None = Field(
+        default=None,
+        alias="outputPricePerMTokUsd",
+        ge=0,
+        description="US dollars per million completion tokens.",
+        examples=[0.6],
+    )
 
 
 class PlntBackendSpec(_Model):

@@ -450,6 +450,13 @@ BACKEND_CASES: list[tuple[str, Callable[[], dict[str, Any]], Mutation, bool]] = 
         _set("spec.kubernetes", {"kubeconfigSecretRef": {"name": "remote"}}),
         False,
     ),
+    (
+        "llm-with-prices",
+        kubernetes_backend,
+        _set("spec.llm.inputPricePerMTokUsd", 0.15),
+        True,
+    ),
+    ("llm-negative-price", kubernetes_backend, _set("spec.llm.outputPricePerMTokUsd", -1), False),
     ("llm-ftp-url", kubernetes_backend, _set("spec.llm.baseUrl", "ftp://llm"), False),
     ("llm-empty-model", kubernetes_backend, _set("spec.llm.model", ""), False),
     (

@@ -23,7 +23,13 @@ def desired_canary(data: SpecPulled, *, saga_id: str) -> DesiredRelease:
         replicas=max(1, run.spec.replicas.min),
         gpu_class=run.spec.backend.gpu_class,
         gpu_count=run.spec.backend.gpu_count,
-        llm=LlmConfig(base_url=llm.base_url, model=llm.model, api_key_env=llm.api_key_env)
+        llm=LlmConfig(
+            base_url=llm.base_url,
+            model=llm.model,
+            api_key_env=llm.api_key_env,
+            input_price_per_mtok_usd=llm.input_price_per_mtok_usd or 0.0,
+            output_price_per_mtok_usd=llm.output_price_per_mtok_usd or 0.0,
+        )
         if llm
         else LlmConfig(),
     )

@@ -114,6 +114,8 @@ def chart_values(
             "baseUrl": release.llm.base_url,
             "model": release.llm.model,
             "apiKeySecretRef": _api_key_ref(backend_name=backend_name, backend=backend),
+            "inputPricePerMTokUsd": release.llm.input_price_per_mtok_usd,
+            "outputPricePerMTokUsd": release.llm.output_price_per_mtok_usd,
         },
         "replicas": {"min": release.replicas, "max": max(release.replicas, where.replicas_max)},
         "autoscaling": {"targetInvocationsPerSecond": where.target_invocations_per_second},
@@ -178,7 +180,12 @@ def desired_from_values(*, name: str, values: dict[str, Any]) -> DesiredRelease 
             replicas=int(values["replicas"]["min"]),
             gpu_class=annotations.get(GPU_CLASS) or None,
             gpu_count=int((values.get("gpu") or {}).get("count") or 0),
-            llm=LlmConfig(base_url=llm.get("baseUrl") or "", model=llm.get("model") or ""),
+            llm=LlmConfig(
+                base_url=llm.get("baseUrl") or "",
+                model=llm.get("model") or "",
+                input_price_per_mtok_usd=float(llm.get("inputPricePerMTokUsd") or 0),
+                output_price_per_mtok_usd=float(llm.get("outputPricePerMTokUsd") or 0),
+            ),
         )
     except (KeyError, TypeError, ValueError):
         return None

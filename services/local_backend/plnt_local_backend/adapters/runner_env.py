@@ -49,6 +49,10 @@ def runner_env(
             "PLNT_RUNNER_REVISION": desired.revision,
             "PLNT_RUNNER_LLM_BASE_URL": desired.llm.base_url,
             "PLNT_RUNNER_LLM_API_KEY": api_key,
+            "PLNT_RUNNER_LLM_INPUT_PRICE_PER_MTOK_USD": repr(desired.llm.input_price_per_mtok_usd),
+            "PLNT_RUNNER_LLM_OUTPUT_PRICE_PER_MTOK_USD": repr(
+                desired.llm.output_price_per_mtok_usd
+            ),
         }
     )
     # Unset rather than empty when there is no owner: an empty string is not a pid.
