@@ -3,7 +3,6 @@ served by the real router and runner processes, its LLM steps calling the fake
 OpenAI-compatible server. Plain and streamed completions, usage, models, errors."""
 
 import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -15,7 +14,7 @@ from stack_support import Client, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
-from plnt_common.testing.fake_llm import FakeLLM
+from plnt_common.testing.fake_llm import FakeLLM, running_in_thread
 from plnt_runner.prompts import Task, read_messages
 
 REPLY = "Thank you for visiting us and for the kind words about our coffee"
@@ -33,16 +32,8 @@ def answer(messages: Sequence[dict[str, Any]]) -> str:
 
 @pytest.fixture(scope="module")
 def fake_llm() -> Iterator[FakeLLM]:
-    """The fake LLM on its own event loop thread, so it outlives each test's loop."""
-    loop = asyncio.new_event_loop()
-    llm = FakeLLM(reply=answer, chunk_delay_s=TOKEN_GAP_S)
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(llm.__aenter__(), loop).result(timeout=10)
-    yield llm
-    asyncio.run_coroutine_threadsafe(llm.__aexit__(None, None, None), loop).result(timeout=10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=5)
+    with running_in_thread(FakeLLM(reply=answer, chunk_delay_s=TOKEN_GAP_S)) as llm:
+        yield llm
 
 
 @pytest.fixture(scope="module")

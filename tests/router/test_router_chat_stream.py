@@ -93,6 +93,15 @@ def chat(stream: bool, **extra: Any) -> dict[str, Any]:
     }
 
 
+def contents(arrivals: list[tuple[float, Any]]) -> list[tuple[float, str]]:
+    """The non-empty content deltas of a chat stream, with their arrival times."""
+    return [
+        (at, chunk["choices"][0]["delta"]["content"])
+        for at, chunk in arrivals[:-1]
+        if chunk["choices"] and chunk["choices"][0]["delta"].get("content")
+    ]
+
+
 async def read_chunks(response: aiohttp.ClientResponse) -> list[tuple[float, Any]]:
     """Each SSE ``data`` of the answer with its arrival time; ``[DONE]`` as a string."""
     arrivals = []
@@ -138,11 +147,7 @@ async def test_streamed_chat_relays_the_reply_tokens_as_they_come_then_usage_the
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
     assert len({c["id"] for c in chunks}) == 1
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    content = [
-        (at, c["choices"][0]["delta"]["content"])
-        for at, c in arrivals[:-1]
-        if c["choices"] and c["choices"][0]["delta"].get("content")
-    ]
+    content = contents(arrivals)
     assert "".join(delta for _, delta in content) == REPLY
     assert len(content) == len(REPLY.split())  # one chunk per token the LLM streamed
     # The fake LLM spaces its tokens 30 ms apart: relayed as they come, not in one burst.
@@ -160,11 +165,7 @@ async def test_a_declared_reply_step_that_does_not_stream_comes_as_one_chunk(
         plain = (await response.json())["choices"][0]["message"]["content"]
     async with http.post(f"{router}/v1/chat/completions", json=chat(True)) as response:
         arrivals = await read_chunks(response)
-    deltas = [
-        c["choices"][0]["delta"]["content"]
-        for _, c in arrivals[:-1]
-        if c["choices"] and c["choices"][0]["delta"].get("content")
-    ]
+    deltas = [delta for _, delta in contents(arrivals)]
     assert plain == "coffee"
     assert deltas == ["coffee"] and arrivals[-1][1] == "[DONE]"
     assert "usage" not in arrivals[-2][1]  # usage only when the client asks for it
@@ -193,11 +194,7 @@ async def test_the_offline_provider_streams_its_reply_word_by_word(
         whole = (await response.json())["choices"][0]["message"]["content"]
     async with http.post(f"{router}/v1/chat/completions", json=chat(True)) as response:
         arrivals = await read_chunks(response)
-    deltas = [
-        c["choices"][0]["delta"]["content"]
-        for _, c in arrivals[:-1]
-        if c["choices"] and c["choices"][0]["delta"].get("content")
-    ]
+    deltas = [delta for _, delta in contents(arrivals)]
     assert whole.startswith("[offline] ")
     assert len(deltas) == len(whole.split())
     assert "".join(deltas).strip() == whole

@@ -15,10 +15,12 @@ import asyncio
 import json
 import re
 import socket
+import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -35,6 +37,22 @@ class ReceivedRequest:
 
     body: dict[str, Any]
     authorization: str
+
+
+@contextmanager
+def running_in_thread(llm: "FakeLLM") -> Iterator["FakeLLM"]:
+    """Run ``llm`` on an event loop of its own thread, for fixtures that outlive a test's
+    loop (module-scoped ones); it stops when the block ends."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(llm.__aenter__(), loop).result(timeout=10)
+    try:
+        yield llm
+    finally:
+        asyncio.run_coroutine_threadsafe(llm.__aexit__(None, None, None), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
 
 
 def echo_reply(messages: Sequence[dict[str, Any]]) -> str:
