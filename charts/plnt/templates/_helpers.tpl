@@ -115,8 +115,8 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
                  "backends" "kubeconfig")
   "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "runnerChart" "backends" "kubeconfig")
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
-  "promoter" (list "concurrency")
-  "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS")
+  "promoter" (list "concurrency" "figures" "prometheusUrl")
+  "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS" "figuresIntervalS")
 }}
 {{- toJson (append (get $keys .) "metricsPort") }}
 {{- end }}
