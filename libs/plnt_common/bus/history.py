@@ -28,6 +28,9 @@ BATCH_TIMEOUT_S = 10.0
 """How long one batch of ``read_payloads`` may take before the server counts as gone."""
 END_OF_PULL = frozenset({"404", "408"})
 """Status codes ending a pull request: no more messages now, or the request expired."""
+UNANSWERED_RETRIES = 40
+UNANSWERED_WAIT_S = 0.05
+"""A pull answered "no responders" is asked again this often, this far apart (2 s)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ async def read_batches(
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=collect)
     next_subject = f"{api.DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{consumer.name}"
+    unanswered = 0
     try:
         while remaining > 0:
             wanted = min(batch, remaining)
@@ -137,6 +141,12 @@ async def read_batches(
                 status = await asyncio.wait_for(done, timeout=BATCH_TIMEOUT_S)
             except TimeoutError:
                 raise BusUnavailable(f"reading {stream}: no answer in {BATCH_TIMEOUT_S}s") from None
+            if status.startswith("503") and unanswered < UNANSWERED_RETRIES:
+                # a cluster may route the first pulls before the new consumer is served
+                unanswered += 1
+                done = loop.create_future()
+                await asyncio.sleep(UNANSWERED_WAIT_S)
+                continue
             if status and status.split(" ", 1)[0] not in END_OF_PULL:
                 raise BusUnavailable(f"reading {stream}: the server answered {status.strip()}")
             kept, received = received, []
