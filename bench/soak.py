@@ -18,11 +18,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from nats.errors import Error as NatsError
 
 from plnt_cli.supervisor import SAGA_SERVICES, StackConfig, Supervisor
 from plnt_cli.up import wait_until_ready
@@ -31,6 +33,7 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_events
 from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.bus.replay import replay
+from plnt_common.errors import BusUnavailable, Conflict, ResourceNotFound
 from plnt_common.logs import configure_logging
 from plnt_common.nats_server import free_ports
 from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
@@ -45,6 +48,13 @@ VERSIONS = ("1.0.0", "2.0.0", "3.0.0")
 MIN_FAULTS = 4
 BROKEN = "3.0.0"
 """A version whose runner fails every call: its canary is rolled back."""
+BROKEN_ENDS = {"RolledBack", "Failed"}
+"""Where the broken version's saga may end: rolled back to a stable, or failed when the
+run never had one (its first version was superseded before promotion)."""
+KILLED_KINDS = (*SAGA_SERVICES, "local-backend")
+"""Every kind of process the chaos loop SIGKILLs; each at least once before it stops."""
+WRITE_RETRY_S = 60.0
+"""How long an apply or delete is retried (a run mid-deletion, the server restarting)."""
 
 
 @dataclass
@@ -57,6 +67,12 @@ class SoakReport:
     duplicates_dropped: int = 0
     lost: int = 0
     double_terminals: int = 0
+    killed: Counter[str] = field(default_factory=Counter)
+    """SIGKILLs by kind of process (``KILLED_KINDS``)."""
+    write_retries: int = 0
+    """Applies and deletes refused once and tried again (mid-deletion, server down)."""
+    write_errors: list[str] = field(default_factory=list)
+    """Applies and deletes that never went through: the run's last wish is unknown."""
     wrong_final_state: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     replay_mismatches: list[str] | None = None
@@ -73,6 +89,7 @@ class SoakReport:
         return (
             self.lost == 0
             and self.double_terminals == 0
+            and not self.write_errors
             and not self.wrong_final_state
             and not self.orphans
             and self.replay_matches
@@ -82,12 +99,17 @@ class SoakReport:
         rows = [
             ("WorkflowRuns", self.runs),
             ("sagas", self.sagas),
-            ("services killed (SIGKILL)", self.kills),
+            (
+                "services killed (SIGKILL)",
+                f"{self.kills} ({', '.join(f'{k} {n}' for k, n in sorted(self.killed.items()))})",
+            ),
             ("nats-server restarts (SIGKILL)", self.nats_restarts),
             ("service restarts by plnt up", self.service_restarts),
             ("duplicates dropped (Nats-Msg-Id)", self.duplicates_dropped),
             ("lost (sagas with no terminal event)", self.lost),
             ("sagas with two terminal events", self.double_terminals),
+            ("applies and deletes retried", self.write_retries),
+            ("applies and deletes that failed", len(self.write_errors)),
             ("runs not final for their last generation", len(self.wrong_final_state)),
             ("orphans (routes, releases, runner processes)", len(self.orphans)),
             (
@@ -223,25 +245,39 @@ class Soak:
     async def _apply(
         self, store: ResourceStore, name: str, registry: Path, version: str, percent: int
     ) -> None:
-        for _ in range(50):  # a run mid-deletion refuses apply: wait for it
-            try:
-                await store.apply(parse_resource(run_document(name, registry, version, percent)))
-                return
-            except Exception:  # Conflict while being deleted; a timeout while chaos restarts
-                await asyncio.sleep(0.1)  # the server (applying again is idempotent)
+        document = parse_resource(run_document(name, registry, version, percent))
+        await self._write(f"apply {name}@{version}", lambda: store.apply(document))
 
     async def _delete(self, store: ResourceStore, name: str) -> None:
-        try:
-            await store.delete("WorkflowRun", "default", name)
+        async def delete() -> None:
+            with contextlib.suppress(ResourceNotFound):  # gone already
+                await store.delete("WorkflowRun", "default", name)
+
+        if await self._write(f"delete {name}", delete):
             self.deleted.add(name)
-        except Exception:  # already gone
-            self.deleted.add(name)
+
+    async def _write(self, what: str, write: Callable[[], Awaitable[object]]) -> bool:
+        """Retry ``write`` (idempotent) through refusals for ``WRITE_RETRY_S``; a write that
+        never goes through is recorded and fails the soak. True once it went through."""
+        deadline = time.monotonic() + WRITE_RETRY_S
+        while True:
+            try:
+                await write()
+                return True
+            except (Conflict, BusUnavailable, NatsError, TimeoutError) as exc:
+                # mid-deletion (Conflict), or the server restarting under chaos
+                if time.monotonic() >= deadline:
+                    self.report.write_errors.append(f"{what}: {exc!r}")
+                    return False
+                self.report.write_retries += 1
+                await asyncio.sleep(0.1)
 
     async def _chaos(self) -> None:
         while True:
             await asyncio.sleep(self.chaos_every_s)
             self.ticks += 1
-            if self.ticks >= MIN_FAULTS:
+            every_kind = all(self.report.killed[kind] for kind in KILLED_KINDS)
+            if self.ticks >= MIN_FAULTS and every_kind and self.report.nats_restarts:
                 self.enough_faults.set()
             if self.ticks % 4 == 2:  # every fourth fault takes the server down, the rest a service
                 if self._kill_nats():
@@ -250,13 +286,18 @@ class Soak:
             candidates = [
                 s
                 for s in self.supervisor.services()
-                if s.process is not None and s.name.split("-")[0] in (*SAGA_SERVICES, "local")
+                if s.process is not None and kind_of(s.name) in KILLED_KINDS
             ]
             if candidates:
-                victim = self.random.choice(candidates)
+                # the least killed kind first: a short soak still kills every kind
+                fewest = min(self.report.killed[kind_of(s.name)] for s in candidates)
+                victim = self.random.choice(
+                    [s for s in candidates if self.report.killed[kind_of(s.name)] == fewest]
+                )
                 try:
                     os.kill(victim.pid, signal.SIGKILL)
                     self.report.kills += 1
+                    self.report.killed[kind_of(victim.name)] += 1
                 except ProcessLookupError:
                     pass
 
@@ -320,13 +361,15 @@ class Soak:
             status = body.get("status") or {}
             version = body["spec"]["workflow"]["ref"].split("@")[1]
             generation = body["metadata"]["generation"]
-            if (
-                status.get("phase") == "Ready"
-                and status.get("revision") != f"{version}-g{generation}"
-            ):
-                self.report.wrong_final_state.append(f"{name} Ready on {status.get('revision')}")
-            if status.get("phase") == "Ready" and version == BROKEN:
-                self.report.wrong_final_state.append(f"{name} promoted the broken version")
+            phase, revision = status.get("phase"), status.get("revision")
+            # the last generation's saga is never superseded: it ends where its version must
+            if version == BROKEN:
+                if phase not in BROKEN_ENDS:
+                    self.report.wrong_final_state.append(f"{name} broken version ends {phase}")
+            elif (phase, revision) != ("Ready", f"{version}-g{generation}"):
+                self.report.wrong_final_state.append(
+                    f"{name} {version} (generation {generation}) ends {phase} on {revision!r}"
+                )
         terminals: Counter[str] = Counter()
         sagas: set[str] = set()
         self.history = {}
@@ -381,6 +424,11 @@ class Soak:
                 1 for line in log.read_text(errors="replace").splitlines() if f'"{event}"' in line
             )
         return count
+
+
+def kind_of(process_name: str) -> str:
+    """``installer-2`` -> ``installer``; ``local-backend`` stays itself."""
+    return process_name if process_name in KILLED_KINDS else process_name.rsplit("-", 1)[0]
 
 
 def process_alive(pid: int) -> bool:
