@@ -9,7 +9,9 @@ from aiohttp import web
 from conftest import FakeRunner
 
 from plnt_common.figures import RevisionTotals
-from plnt_router.live_figures import collect_totals
+from plnt_router.app import INVOCATION_METRICS, app_runner, create_app
+from plnt_router.live_figures import LiveTotals
+from plnt_router.settings import RouterSettings
 
 
 def spending_runner_app(
@@ -34,7 +36,6 @@ def spending_runner_app(
 
 async def test_spend_headers_and_statuses_make_the_totals_of_each_revision(
     start_app: Callable[..., Awaitable[str]],
-    start_router: Callable[..., Awaitable[str]],
     table: Any,
     make_route: Callable[..., Any],
     http: aiohttp.ClientSession,
@@ -46,7 +47,9 @@ async def test_spend_headers_and_statuses_make_the_totals_of_each_revision(
     canary.url = await start_app(spending_runner_app(canary, tokens="7,oops", cost="1", status=503))
     entry = make_route("live-figures", stable=stable, canary=canary, weight=50)
     table.put(key="default.live-figures", entry=entry)
-    router = await start_router()
+    settings = RouterSettings(port=0, shutdown_grace_s=1.0)
+    app = create_app(settings=settings, table=table)
+    router = await start_app(app, runner=app_runner(app, settings=settings))
     statuses = []
     for _ in range(4):
         async with http.post(f"{router}/workflows/live-figures/invoke", json={}) as response:
@@ -55,7 +58,9 @@ async def test_spend_headers_and_statuses_make_the_totals_of_each_revision(
     async with http.post(f"{router}/workflows/not-deployed/invoke", json={}) as response:
         assert response.status == 404
 
-    totals = collect_totals()[("default", "live-figures")]
+    live = LiveTotals(app[INVOCATION_METRICS])
+    every = live.collect()
+    totals = every[("default", "live-figures")]
     assert set(totals) == {"lf-stable", "lf-canary"}
     assert totals["lf-stable"].model_copy(update={"latency_buckets": ()}) == RevisionTotals(
         invocations=2, errors=0, tokens=84, cost_usd=0.0004
@@ -65,4 +70,31 @@ async def test_spend_headers_and_statuses_make_the_totals_of_each_revision(
         invocations=2, errors=2, tokens=0, cost_usd=0.0
     )
     assert dict(totals["lf-stable"].latency_buckets)[float("inf")] == 2
-    assert all(namespace and name for namespace, name in collect_totals())
+    assert list(every) == [("default", "live-figures")], "the 404 belongs to no workflow"
+
+
+async def test_a_second_reading_sees_the_calls_since_the_first_and_a_4xx_is_no_error(
+    start_app: Callable[..., Awaitable[str]],
+    table: Any,
+    make_route: Callable[..., Any],
+    http: aiohttp.ClientSession,
+) -> None:
+    stable = FakeRunner("lf-again")
+    stable.url = await start_app(spending_runner_app(stable, tokens="1,1", cost="0", status=422))
+    table.put(key="default.lf-again", entry=make_route("lf-again", stable=stable))
+    settings = RouterSettings(port=0, shutdown_grace_s=1.0)
+    app = create_app(settings=settings, table=table)
+    router = await start_app(app, runner=app_runner(app, settings=settings))
+    live = LiveTotals(app[INVOCATION_METRICS])
+
+    async def calls(count: int) -> RevisionTotals:
+        for _ in range(count):
+            async with http.post(f"{router}/workflows/lf-again/invoke", json={}) as response:
+                assert response.status == 422
+        return live.collect()[("default", "lf-again")]["lf-again"]
+
+    first = await calls(1)
+    assert (first.invocations, dict(first.latency_buckets)[float("inf")]) == (1, 1)
+    second = await calls(2)
+    assert (second.invocations, dict(second.latency_buckets)[float("inf")]) == (3, 3)
+    assert (second.tokens, second.errors) == (6, 0)

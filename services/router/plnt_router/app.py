@@ -32,6 +32,8 @@ from plnt_router.table import RouteTable
 log = get_logger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+INVOCATION_METRICS = web.AppKey("plnt_router_invocation_metrics", InvocationMetrics)
+"""The app's call counters, which the live figures publisher reads back."""
 NATS_RETRY_S = 1.0
 
 
@@ -43,6 +45,7 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
         max_connections=settings.max_in_flight, timeout_s=settings.upstream_timeout_s
     )
     set_queue_depth(0)
+    metrics = app[INVOCATION_METRICS] = InvocationMetrics()
     pipeline = CallPipeline(
         settings=settings,
         table=table,
@@ -52,7 +55,7 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
             max_queue=settings.max_queue,
             on_queue_change=set_queue_depth,
         ),
-        metrics=InvocationMetrics(),
+        metrics=metrics,
     )
     handlers = Handlers(pipeline=pipeline, table=table)
     chat = ChatHandlers(pipeline=pipeline, table=table, max_json_depth=settings.max_json_depth)
@@ -88,7 +91,9 @@ def app_runner(app: web.Application, *, settings: RouterSettings) -> web.AppRunn
     )
 
 
-async def _watch_routes(*, settings: RouterSettings, table: RouteTable) -> None:
+async def _watch_routes(
+    *, settings: RouterSettings, table: RouteTable, metrics: InvocationMetrics
+) -> None:
     """Connect to NATS (waiting for it as long as it takes), keep ``table`` current and
     publish the live figures."""
     nc = None
@@ -109,7 +114,7 @@ async def _watch_routes(*, settings: RouterSettings, table: RouteTable) -> None:
     try:
         await asyncio.gather(
             RouteWatcher(nc=nc, table=table).run(),
-            FiguresPublisher(nc=nc, interval_s=settings.figures_interval_s).run(),
+            FiguresPublisher(nc=nc, metrics=metrics, interval_s=settings.figures_interval_s).run(),
         )
     finally:
         await nc.close()
@@ -123,7 +128,8 @@ async def serve(*, settings: RouterSettings, stop: asyncio.Event | None = None) 
     """
     stop = stop or asyncio.Event()
     table = RouteTable()
-    runner = app_runner(create_app(settings=settings, table=table), settings=settings)
+    app = create_app(settings=settings, table=table)
+    runner = app_runner(app, settings=settings)
     await runner.setup()
     freeze_startup_objects()
     site = web.TCPSite(runner, settings.host, settings.port)
@@ -136,7 +142,9 @@ async def serve(*, settings: RouterSettings, stop: asyncio.Event | None = None) 
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
-    watch = asyncio.create_task(_watch_routes(settings=settings, table=table))
+    watch = asyncio.create_task(
+        _watch_routes(settings=settings, table=table, metrics=app[INVOCATION_METRICS])
+    )
     try:
         await stop.wait()
         log.info("router.stopping", grace_s=settings.shutdown_grace_s)

@@ -1,21 +1,25 @@
 """The router's cumulative call totals per workflow and revision, read off its metrics.
 
-Calls only increment prometheus-client counters (``metrics``); this module reads them
-back, off the hot path, into ``RevisionTotals``: invocations (every status), errors (5xx
-statuses), the latency buckets of all of them, prompt plus completion tokens and cost.
-Calls the router answered without a workflow or a revision (unknown workflow, nothing
-ready, refused before a runner was picked) are left out. It publishes nothing.
+Calls only increment prometheus-client counters (``metrics.InvocationMetrics``); this
+module reads them back, off the hot path, into ``RevisionTotals``: invocations (every
+status), errors (5xx statuses), the latency buckets of all of them, prompt plus
+completion tokens and cost. Calls the router answered without a workflow or a revision
+(unknown workflow, nothing ready, refused before a runner was picked) are left out.
+
+It reads the labelled children ``InvocationMetrics`` caches rather than calling
+prometheus-client's ``collect()``: that builds a sample object per bucket and took about
+70 ms for 100 workflows, a stall of the event loop every second; reading the children's
+values directly, and only for series that counted calls since, costs far less. It
+publishes nothing.
 """
 
-import math
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prometheus_client import Metric
+from prometheus_client import Counter, Histogram
 
 from plnt_common.figures import RevisionTotals
-from plnt_common.metrics import INVOCATION_DURATION, INVOCATIONS, LLM_COST, LLM_TOKENS
+from plnt_router.metrics import InvocationMetrics
 
 Workflow = tuple[str, str]
 """(namespace, name)."""
@@ -39,39 +43,70 @@ class _Counts:
         )
 
 
-def collect_totals() -> dict[Workflow, dict[str, RevisionTotals]]:
-    """Every workflow's totals by revision, as this process's counters hold them now."""
-    counts: dict[Workflow, dict[str, _Counts]] = defaultdict(lambda: defaultdict(_Counts))
-    for sample_name, labels, value in _samples(INVOCATIONS.collect()):
-        if sample_name == "plnt_invocations_total" and (key := _key(labels)):
+class LiveTotals:
+    """Reads ``metrics`` into totals; a series whose call count did not move since the last
+    reading is not read again (its buckets cannot have moved: a call observes its latency
+    and counts itself in one step of the event loop)."""
+
+    def __init__(self, metrics: InvocationMetrics) -> None:
+        self._metrics = metrics
+        self._buckets: dict[tuple[str, str, int], tuple[int, list[tuple[float, int]]]] = {}
+
+    def collect(self) -> dict[Workflow, dict[str, RevisionTotals]]:
+        """Every workflow's totals by revision, as the counters hold them now."""
+        counts: dict[Workflow, dict[str, _Counts]] = defaultdict(lambda: defaultdict(_Counts))
+        for workflow, revision, status, histogram, counter in self._metrics.recorded_calls():
+            if (key := _key(workflow, revision)) is None:
+                continue
             entry = counts[key[0]][key[1]]
-            entry.invocations += int(value)
-            if labels.get("status", "").startswith("5"):
-                entry.errors += int(value)
-    for sample_name, labels, value in _samples(INVOCATION_DURATION.collect()):
-        if sample_name == "plnt_invocation_duration_seconds_bucket" and (key := _key(labels)):
-            bound = math.inf if labels["le"] == "+Inf" else float(labels["le"])
-            counts[key[0]][key[1]].buckets[bound] += int(value)
-    for sample_name, labels, value in _samples(LLM_TOKENS.collect()):
-        if sample_name == "plnt_llm_tokens_total" and (key := _key(labels)):
-            counts[key[0]][key[1]].tokens += int(value)
-    for sample_name, labels, value in _samples(LLM_COST.collect()):
-        if sample_name == "plnt_llm_cost_usd_total" and (key := _key(labels)):
-            counts[key[0]][key[1]].cost_usd += value
-    return {
-        workflow: {revision: entry.totals() for revision, entry in revisions.items()}
-        for workflow, revisions in counts.items()
-    }
+            calls = int(_counter_value(counter))
+            entry.invocations += calls
+            if 500 <= status <= 599:
+                entry.errors += calls
+            for bound, cumulative in self._series_buckets(
+                (workflow, revision, status), calls, histogram
+            ):
+                entry.buckets[bound] += cumulative
+        for workflow, revision, prompt, completion, cost in self._metrics.recorded_spend():
+            if (key := _key(workflow, revision)) is None:
+                continue
+            entry = counts[key[0]][key[1]]
+            entry.tokens += int(_counter_value(prompt) + _counter_value(completion))
+            entry.cost_usd += _counter_value(cost)
+        return {
+            workflow: {revision: entry.totals() for revision, entry in revisions.items()}
+            for workflow, revisions in counts.items()
+        }
+
+    def _series_buckets(
+        self, series: tuple[str, str, int], calls: int, histogram: Histogram
+    ) -> list[tuple[float, int]]:
+        known = self._buckets.get(series)
+        if known is not None and known[0] == calls:
+            return known[1]
+        buckets = _cumulative_buckets(histogram)
+        self._buckets[series] = (calls, buckets)
+        return buckets
 
 
-def _samples(families: Iterable[Metric]) -> list[tuple[str, dict[str, str], float]]:
-    return [(s.name, s.labels, s.value) for family in families for s in family.samples]
+def _counter_value(counter: Counter) -> float:
+    # prometheus-client has no public getter of one child's value; _value is its store.
+    return float(counter._value.get())
 
 
-def _key(labels: dict[str, str]) -> tuple[Workflow, str] | None:
-    """((namespace, name), revision) of a sample; None for calls outside any revision."""
-    namespace, _, name = labels.get("workflow", "").partition("/")
-    revision = labels.get("revision", "")
+def _cumulative_buckets(histogram: Histogram) -> list[tuple[float, int]]:
+    # A child keeps per-bucket counts beside its bounds; exposition makes them cumulative.
+    running = 0
+    cumulative = []
+    for bound, bucket in zip(histogram._upper_bounds, histogram._buckets, strict=True):
+        running += int(bucket.get())
+        cumulative.append((float(bound), running))
+    return cumulative
+
+
+def _key(workflow: str, revision: str) -> tuple[Workflow, str] | None:
+    """((namespace, name), revision) of a series; None for calls outside any revision."""
+    namespace, _, name = workflow.partition("/")
     if not (namespace and name and revision):
         return None
     return (namespace, name), revision

@@ -34,6 +34,14 @@ class InvocationMetrics:
         series[0].observe(seconds)
         series[1].inc()
 
+    def recorded_calls(self) -> list[tuple[str, str, int, Histogram, Counter]]:
+        """(workflow, revision, status, latency histogram, counter) of every series so far."""
+        return [(*key, *series) for key, series in self._series.items()]
+
+    def recorded_spend(self) -> list[tuple[str, str, Counter, Counter, Counter]]:
+        """(workflow, revision, prompt tokens, completion tokens, cost) counters so far."""
+        return [(*key, *counters) for key, counters in self._spend.items()]
+
     def spend(self, *, workflow: str, revision: str, tokens: str, cost: str | None) -> None:
         """Add what a runner's answer says the call spent to ``plnt_llm_tokens_total`` and
         ``plnt_llm_cost_usd_total``: ``tokens`` is its ``<prompt>,<completion>`` header.

@@ -16,7 +16,8 @@ from nats.aio.client import Client
 from plnt_common.figures import RouterFigures
 from plnt_common.logs import get_logger
 from plnt_common.subjects import router_figures_subject
-from plnt_router.live_figures import collect_totals
+from plnt_router.live_figures import LiveTotals
+from plnt_router.metrics import InvocationMetrics
 
 log = get_logger(__name__)
 
@@ -30,8 +31,16 @@ def router_instance_id() -> str:
 class FiguresPublisher:
     """Publishes every workflow's totals each ``interval_s`` until cancelled."""
 
-    def __init__(self, *, nc: Client, interval_s: float, router: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        nc: Client,
+        metrics: InvocationMetrics,
+        interval_s: float,
+        router: str | None = None,
+    ) -> None:
         self._nc = nc
+        self._totals = LiveTotals(metrics)
         self._interval_s = interval_s
         self._router = router or router_instance_id()
 
@@ -45,7 +54,7 @@ class FiguresPublisher:
 
     async def publish_once(self) -> None:
         """Publish the current totals of every workflow that has served a call."""
-        for (namespace, name), revisions in collect_totals().items():
+        for (namespace, name), revisions in self._totals.collect().items():
             figures = RouterFigures(
                 router=self._router, namespace=namespace, name=name, revisions=revisions
             )
