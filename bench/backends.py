@@ -23,6 +23,7 @@ import functools
 import json
 
 SSE_GAP_S = 0.010
+SPEND_HEADERS = "x-plnt-tokens: 120,40\r\nx-plnt-cost-usd: 4.2e-05\r\n"
 _STATS = {"connections": 0, "requests": 0}
 
 
@@ -40,7 +41,8 @@ class _Backend(asyncio.Protocol):
         self._revision = revision
         body = json.dumps({"output": {"text": "ok"}, "reply": "ok", "revision": revision}).encode()
         self._json = (
-            _head("200 OK", revision, "application/json")
+            # With a runner's spend headers, so the router's figures are measured as served.
+            _head("200 OK", revision, "application/json", SPEND_HEADERS)
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
