@@ -5,8 +5,11 @@ call's tokens and cost; a ``FiguresSource`` reads those counts back as cumulativ
 per revision, the way Prometheus counters are read. A window is the difference of two
 readings, so the hot path only ever increments counters and nothing is stored per call.
 
-This module holds the shapes and the port; it imports no I/O library. The adapters (the
-bus-published router totals, PromQL on Kubernetes) live with the service that reads them.
+This module holds the shapes, the port and the arithmetic both sides share: a window
+between two readings with Prometheus's counter-reset rule, totals summed over sources that
+restart (``ResetAwareTotals``), and quantiles from buckets as ``histogram_quantile``
+computes them. It imports no I/O library. The adapters (the bus-published router totals,
+PromQL on Kubernetes) live with the service that reads them.
 """
 
 import math
