@@ -26,10 +26,15 @@ from nats.aio.client import Client
 
 from plnt_common.bus import connect
 from plnt_common.bus.provision import ensure_jetstream
-from plnt_common.figures import FiguresUnavailable, RevisionTotals, window_by_revision
+from plnt_common.figures import (
+    FiguresUnavailable,
+    RevisionTotals,
+    RouterFigures,
+    window_by_revision,
+)
 from plnt_common.nats_server import free_port, free_ports
 from plnt_common.routes import RouteEntry, RouteTarget, route_key
-from plnt_common.subjects import ROUTES_BUCKET
+from plnt_common.subjects import ROUTES_BUCKET, router_figures_subject
 from plnt_promoter.adapters.figures_bus import BusFigures
 from plnt_promoter.adapters.figures_prometheus import PrometheusFigures
 from plnt_promoter.adapters.figures_source import open_figures
@@ -311,6 +316,33 @@ class TestFiguresSourceContract:
                 after.get(revision, RevisionTotals())
             )
             assert totals[revision].invocations == merged.invocations
+
+
+async def test_the_bus_sources_first_reading_waits_until_every_router_has_published(
+    nc: Client,
+) -> None:
+    figures = BusFigures(nc=nc, settle_s=1.0)
+    await figures.start()
+    published = RouterFigures(
+        router="router-a",
+        namespace="default",
+        name=WORKFLOW,
+        revisions={STABLE: RevisionTotals(invocations=40)},
+    )
+
+    async def publish_later() -> None:
+        await asyncio.sleep(0.3)  # a router whose turn comes after the reader started
+        await nc.publish(
+            router_figures_subject("default", WORKFLOW), published.model_dump_json().encode()
+        )
+
+    started = time.monotonic()
+    later = asyncio.create_task(publish_later())
+    totals = await figures.totals(namespace="default", name=WORKFLOW)
+    await later
+    assert time.monotonic() - started >= 0.9
+    assert totals == {STABLE: RevisionTotals(invocations=40)}
+    await figures.close()
 
 
 async def test_the_bus_source_says_it_is_unreachable_when_the_bus_is_down(nats_url: str) -> None:
