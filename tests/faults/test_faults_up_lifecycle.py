@@ -143,3 +143,28 @@ def test_a_service_whose_nats_went_away_exits_soon_after_sigterm(tmp_path: Path)
     finally:
         watcher.kill()
         server.stop(kill=True)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "service"),
+    [
+        ("PLNT_NATS_REPLICAS", "three", "watcher"),
+        ("PLNT_NATS_REPLICAS", "9", "puller"),
+        ("PLNT_WATCHER_CONCURRENCY", "abc", "watcher"),
+    ],
+    ids=["replicas-not-a-number", "replicas-too-many", "prefixed-setting"],
+)
+def test_a_setting_a_service_refuses_is_one_line_naming_the_variable(
+    variable: str, value: str, service: str
+) -> None:
+    served = subprocess.run(
+        [sys.executable, "-m", "plnt_cli", "serve", service],
+        env=dict(os.environ, **{variable: value}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert served.returncode == 1
+    lines = served.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"plnt: setting {variable}: "), lines
+    assert repr(value) in lines[0]

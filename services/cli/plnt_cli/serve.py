@@ -3,6 +3,10 @@
 import importlib
 from collections.abc import Callable
 
+from pydantic import ValidationError
+
+from plnt_common.errors import PlntError
+
 SERVICES: dict[str, str] = {
     "watcher": "plnt_watcher.app",
     "puller": "plnt_puller.app",
@@ -16,6 +20,26 @@ SERVICES: dict[str, str] = {
 
 
 def service_main(name: str) -> Callable[[], None]:
+    """The service's entry point; a setting it refuses becomes one ``PlntError`` line."""
     module = importlib.import_module(SERVICES[name])
     main: Callable[[], None] = module.main
-    return main
+
+    def checked_main() -> None:
+        try:
+            main()
+        except ValidationError as exc:
+            if not exc.title.endswith("Settings"):
+                raise
+            raise PlntError(setting_problem(exc, service=name)) from None
+
+    return checked_main
+
+
+def setting_problem(exc: ValidationError, *, service: str) -> str:
+    """``setting PLNT_<SERVICE>_<FIELD>: <why> (got 'value')`` for the first one refused."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or exc.title
+    if not where.startswith("PLNT_"):  # a field read with the service's prefix
+        where = f"PLNT_{service.upper().replace('-', '_')}_{where.upper()}"
+    got = f" (got {error['input']!r})" if isinstance(error.get("input"), str) else ""
+    return f"setting {where}: {error['msg']}{got}"
