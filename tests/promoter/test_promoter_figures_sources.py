@@ -1,10 +1,10 @@
 """The ``FiguresSource`` contract, run against both adapters on real processes.
 
 A real nats-server, a real router process serving a route from ``plnt-routes``, and two
-real runner processes: the stable revision answers (offline LLM, with prices, so each
-answer carries its tokens and cost), the canary's workflow fails on its last step (a 500).
-The bus adapter reads what the router publishes; the Prometheus adapter reads a real
-Prometheus scraping the router's ``/metrics``.
+real runners (the runner app on real sockets): the stable revision answers (offline LLM,
+with prices, so each answer carries its tokens and cost), the canary's workflow fails on
+its last step (a 500). The bus adapter reads what the router publishes; the Prometheus
+adapter reads a real Prometheus scraping the router's ``/metrics``.
 """
 
 import asyncio
@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 from nats.aio.client import Client
 
 from plnt_common.bus import connect
@@ -39,6 +40,8 @@ from plnt_promoter.adapters.figures_bus import BusFigures
 from plnt_promoter.adapters.figures_prometheus import PrometheusFigures
 from plnt_promoter.adapters.figures_source import open_figures
 from plnt_promoter.settings import PromoterSettings
+from plnt_runner.app import create_app as create_runner_app
+from plnt_runner.settings import RunnerSettings
 
 INPUT_PRICE, OUTPUT_PRICE = 3.0, 15.0
 STABLE, CANARY = "figures-r1", "figures-r2"
@@ -152,20 +155,23 @@ class Stack:
 @pytest.fixture
 async def stack(tmp_path: Path, nats_url: str, nc: Client) -> AsyncIterator[Stack]:
     processes = Processes(tmp_path)
-    prices = {
-        "PLNT_RUNNER_LLM_INPUT_PRICE_PER_MTOK_USD": str(INPUT_PRICE),
-        "PLNT_RUNNER_LLM_OUTPUT_PRICE_PER_MTOK_USD": str(OUTPUT_PRICE),
-    }
     urls = []
+    runners = []
     for revision, failing in ((STABLE, False), (CANARY, True)):
-        env = {
-            "PLNT_RUNNER_WORKFLOW_FILE": str(workflow_file(tmp_path, failing=failing)),
-            "PLNT_RUNNER_PORT": "0",
-            "PLNT_RUNNER_REVISION": revision,
-            "PLNT_RUNNER_CACHE_SIZE": "0",
-            **prices,
-        }
-        urls.append(await processes.spawn("plnt_runner", env))
+        settings = RunnerSettings(
+            workflow_file=workflow_file(tmp_path, failing=failing),
+            revision=revision,
+            cache_size=0,
+            llm_input_price_per_mtok_usd=INPUT_PRICE,
+            llm_output_price_per_mtok_usd=OUTPUT_PRICE,
+        )
+        # The runner app on a real socket, in this process: a process each would add
+        # seconds of start-up per test for nothing the router could tell apart.
+        runner = web.AppRunner(create_runner_app(settings), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        urls.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
     js = nc.jetstream()
     await ensure_jetstream(js)
     kv = await js.key_value(ROUTES_BUCKET)
@@ -182,6 +188,8 @@ async def stack(tmp_path: Path, nats_url: str, nc: Client) -> AsyncIterator[Stac
     yield stack
     await stack.http.close()
     await processes.close()
+    for runner in runners:
+        await runner.cleanup()
 
 
 @asynccontextmanager
