@@ -78,7 +78,7 @@ class Processes:
         self.tmp_path = tmp_path
         self.children: list[asyncio.subprocess.Process] = []
 
-    async def spawn(self, module: str, env: dict[str, str], *, announces: bool = True) -> str:
+    async def spawn(self, module: str, env: dict[str, str]) -> str:
         base = {k: v for k, v in os.environ.items() if not k.startswith("PLNT_")}
         with (self.tmp_path / f"{module}.log").open("ab") as log:
             process = await asyncio.create_subprocess_exec(
