@@ -1,4 +1,4 @@
-"""Promoter wiring: bus, route table, one durable consumer, the route follower."""
+"""Promoter wiring: bus, route table, live figures, one durable consumer, the route follower."""
 
 import asyncio
 
@@ -7,6 +7,7 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
 from plnt_common.events import EventType
 from plnt_common.runtime import run_service
+from plnt_promoter.adapters.figures_source import open_figures
 from plnt_promoter.adapters.route_table import RouteTable
 from plnt_promoter.handlers import SERVICE, PromoterHandlers
 from plnt_promoter.route_follow import RouteFollower
@@ -16,6 +17,9 @@ CONSUMES = (
     EventType.CANARY_INSTALLED,
     EventType.SMOKE_PASSED,
     EventType.SMOKE_FAILED,
+    EventType.CANARY_STEPPED,
+    EventType.ANALYSIS_PASSED,
+    EventType.ANALYSIS_FAILED,
     EventType.STEP_TIMED_OUT,
     EventType.RUN_DELETED,
 )
@@ -24,7 +28,10 @@ CONSUMES = (
 async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
     routes = RouteTable(bus.routes)
-    handlers = PromoterHandlers(bus=bus, routes=routes, public_url=settings.router_public_url)
+    figures = await open_figures(settings=settings, nc=bus.nc)
+    handlers = PromoterHandlers(
+        bus=bus, routes=routes, public_url=settings.router_public_url, figures=figures
+    )
     follower = RouteFollower(bus=bus, routes=routes, resync_s=settings.follow_resync_s)
     spec = ConsumerSpec(
         service=SERVICE,
@@ -39,6 +46,7 @@ async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
     finally:
         following.cancel()
         await asyncio.gather(following, return_exceptions=True)
+        await figures.close()
         await bus.close()
 
 

@@ -8,7 +8,10 @@ from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
 from plnt_common.errors import Conflict
 from plnt_common.events import (
+    AnalysisVerdict,
     CanaryInstalled,
+    CanaryRef,
+    CanaryStepped,
     Envelope,
     EventType,
     RouteRestored,
@@ -17,23 +20,38 @@ from plnt_common.events import (
     StepTimedOut,
     follow_up,
 )
+from plnt_common.figures import FiguresSource
 from plnt_common.logs import get_logger
+from plnt_common.resources import Canary
 from plnt_common.routes import RouteEntry
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
-from plnt_promoter import logic
+from plnt_promoter import analysis, logic
 from plnt_promoter.adapters.route_table import RouteTable
+from plnt_promoter.adapters.saga_events import last_of_saga
+from plnt_promoter.step_hold import TICK_S, hold_step
 
 log = get_logger(__name__)
 SERVICE = "promoter"
-COMPENSATED_TIMEOUTS = {Phase.SMOKING.value, Phase.PROMOTING.value}
+COMPENSATED_TIMEOUTS = {Phase.SMOKING.value, Phase.PROGRESSING.value, Phase.PROMOTING.value}
+STEP_EVENTS = (EventType.CANARY_STEPPED, EventType.ANALYSIS_PASSED, EventType.ANALYSIS_FAILED)
 
 
 class PromoterHandlers:
-    def __init__(self, *, bus: Bus, routes: RouteTable, public_url: str) -> None:
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        routes: RouteTable,
+        public_url: str,
+        figures: FiguresSource,
+        tick_s: float = TICK_S,
+    ) -> None:
         self._bus = bus
         self._routes = routes
         self._public_url = public_url
+        self._figures = figures
+        self._tick_s = tick_s
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         match event.event_type:
@@ -41,6 +59,20 @@ class PromoterHandlers:
                 await self._route_canary(event)
             case EventType.SMOKE_PASSED:
                 await self._on_pass(event)
+            case EventType.CANARY_STEPPED:
+                await self._hold_step(event, delivery)
+            case EventType.ANALYSIS_PASSED:
+                await self._on_step_passed(event)
+            case EventType.ANALYSIS_FAILED:
+                failed: AnalysisVerdict = event.payload()
+                step = f"{failed.step}/{len(failed.plan.steps)}"
+                await self._restore(
+                    event,
+                    failed.canary.revision,
+                    failed.canary.release,
+                    Reason.ANALYSIS_FAILED,
+                    f"step {step} analysis failed: {failed.figures.reason}",
+                )
             case EventType.SMOKE_FAILED:
                 verdict: SmokeVerdict = event.payload()
                 reason = (
@@ -72,6 +104,7 @@ class PromoterHandlers:
             EventType.CANARY_INSTALLED,
             EventType.SMOKE_PASSED,
             EventType.SMOKE_FAILED,
+            *STEP_EVENTS,
         ):
             message = f"promoter gave up: {exc}"
             await self._restore(event, "", "", Reason.DELIVERY_EXHAUSTED, message)
@@ -103,55 +136,182 @@ class PromoterHandlers:
 
     async def _on_pass(self, event: Envelope) -> None:
         data: SmokeVerdict = event.payload()
-        state, (entry, revision) = await asyncio.gather(
+        state, (entry, revision), installed = await asyncio.gather(
             observe_saga(self._bus, event),
             self._routes.get(namespace=event.namespace, name=event.name),
+            last_of_saga(self._bus, EventType.CANARY_INSTALLED, event),
         )
+        plan = installed.payload().run.spec.canary if installed else Canary()
         verdict = logic.decide_on_pass(state, entry, event.sagaid)
         log.info("smoke.passed.decision", verdict=verdict.value)
+        if verdict is logic.Verdict.PROMOTE and logic.steps_apply(plan.steps, entry):
+            await self._step_to(event, data.canary, plan, step=1)
+            return
+        await self._promote(event, data.canary, verdict, (entry, revision))
+
+    async def _promote(
+        self,
+        event: Envelope,
+        canary: CanaryRef,
+        verdict: logic.Verdict,
+        read: tuple[RouteEntry | None, int],
+    ) -> None:
+        """Act on ``verdict``: all traffic to the canary and ``run.ready``, or restore."""
         if verdict is logic.Verdict.IGNORE:
             return
         if verdict is logic.Verdict.WAIT:
             raise Conflict("canary not in the route yet; retrying")
         if verdict is logic.Verdict.RESTORE:
-            await self._restore(
-                event,
-                data.canary.revision,
-                data.canary.release,
-                Reason.SUPERSEDED,
-                "a newer generation superseded this saga",
-            )
+            await self._supersede(event, canary)
             return
+        entry = read[0]
         previous = entry.stable.revision if entry and entry.stable else ""
         if verdict is logic.Verdict.PROMOTE:
             endpoint = self._endpoint(event)
 
             def promote(current: RouteEntry | None) -> RouteEntry | None:
-                if (
-                    current is None
-                    or current.canary is None
-                    or current.canary.saga_id != event.sagaid
-                ):
+                if not logic.canary_is_routed(current, event.sagaid):
                     return None
+                assert current is not None
                 return logic.promoted(current, endpoint)
 
             await self._routes.update(
-                namespace=event.namespace,
-                name=event.name,
-                change=promote,
-                read=(entry, revision),
+                namespace=event.namespace, name=event.name, change=promote, read=read
             )
         ready = RunReady(
-            revision=data.canary.revision,
+            revision=canary.revision,
             endpoint=self._endpoint(event),
-            spec_digest=data.canary.spec_digest,
+            spec_digest=canary.spec_digest,
             previous_revision="" if verdict is logic.Verdict.ALREADY_PROMOTED else previous,
         )
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         await self._bus.publish_terminal(
             follow_up(event, EventType.RUN_READY, ready, source=SERVICE)
         )
-        log.info("run.promoted", revision=data.canary.revision)
+        log.info("run.promoted", revision=canary.revision)
+
+    # --- stepped canary: canary.stepped -> analysis.passed / analysis.failed ------------
+
+    async def _step_to(
+        self,
+        event: Envelope,
+        canary: CanaryRef,
+        plan: Canary,
+        *,
+        step: int,
+    ) -> None:
+        """Route the canary at step ``step``'s weight and publish ``canary.stepped``."""
+        weight = plan.steps[step - 1]
+        entry = await self._routes.update(
+            namespace=event.namespace,
+            name=event.name,
+            change=lambda current: logic.at_step_weight(
+                current, saga_id=event.sagaid, weight=weight
+            ),
+        )
+        if not logic.canary_is_routed(entry, event.sagaid):
+            log.info("canary.not_stepped", reason="the canary is out of the route")
+            return
+        stepped = CanaryStepped(
+            canary=canary,
+            plan=plan,
+            step=step,
+            traffic_percent=weight,
+            hold_s=analysis.hold_s(plan.step_interval_s),
+        )
+        await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
+        await self._bus.publish(
+            follow_up(event, EventType.CANARY_STEPPED, stepped, source=SERVICE), step=str(step)
+        )
+        log.info("canary.stepped", step=f"{step}/{len(plan.steps)}", weight=weight)
+
+    async def _hold_step(self, event: Envelope, delivery: Delivery) -> None:
+        data: CanaryStepped = event.payload()
+        label = f"{data.step}/{len(data.plan.steps)}"
+        state, (entry, _) = await self._observe(event)
+        if state is not SagaState.CURRENT:
+            await self._supersede(event, data.canary)
+            return
+        if not logic.canary_is_routed(entry, event.sagaid):
+            log.info("step.not_held", reason="the canary is out of the route")
+            return
+        if delivery.attempt > 1 and await self._step_judged(event, data.step):
+            log.info("step.already_judged", step=label)
+            return
+        assert entry is not None
+
+        async def still_current() -> bool:
+            return await observe_saga(self._bus, event) is SagaState.CURRENT
+
+        judgement = await hold_step(
+            figures=self._figures,
+            namespace=event.namespace,
+            name=event.name,
+            plan=data.plan,
+            step=label,
+            canary_revision=data.canary.revision,
+            stable_revision=entry.stable.revision if entry.stable else "",
+            still_current=still_current,
+            tick_s=self._tick_s,
+        )
+        if judgement is None:
+            await self._supersede(event, data.canary)
+            return
+        passed = judgement.outcome is analysis.Outcome.PASS
+        verdict = AnalysisVerdict(
+            canary=data.canary,
+            plan=data.plan,
+            step=data.step,
+            traffic_percent=data.traffic_percent,
+            figures=judgement.figures,
+        )
+        kind = EventType.ANALYSIS_PASSED if passed else EventType.ANALYSIS_FAILED
+        await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
+        await self._bus.publish(
+            follow_up(event, kind, verdict, source=SERVICE), step=str(data.step)
+        )
+        log.info(kind.value, step=label, reason=judgement.figures.reason)
+
+    async def _step_judged(self, event: Envelope, step: int) -> bool:
+        """A verdict on ``step`` is in the stream already (a redelivered step)."""
+        for kind in (EventType.ANALYSIS_PASSED, EventType.ANALYSIS_FAILED):
+            verdict = await last_of_saga(self._bus, kind, event)
+            if verdict is not None and verdict.payload().step >= step:
+                return True
+        return False
+
+    async def _on_step_passed(self, event: Envelope) -> None:
+        data: AnalysisVerdict = event.payload()
+        state, (entry, revision) = await self._observe(event)
+        if state is not SagaState.CURRENT:
+            await self._supersede(event, data.canary)
+            return
+        if data.step < len(data.plan.steps):
+            await self._step_to(event, data.canary, data.plan, step=data.step + 1)
+            return
+        verdict = logic.decide_on_pass(state, entry, event.sagaid)
+        if verdict is logic.Verdict.WAIT:
+            log.info("canary.not_promoted", reason="the canary is out of the route")
+            return
+        await self._promote(event, data.canary, verdict, (entry, revision))
+
+    async def _observe(self, event: Envelope) -> tuple[SagaState, tuple[RouteEntry | None, int]]:
+        """The saga's state and the run's route entry with its revision, read together."""
+        state, read = await asyncio.gather(
+            observe_saga(self._bus, event),
+            self._routes.get(namespace=event.namespace, name=event.name),
+        )
+        return state, read
+
+    async def _supersede(self, event: Envelope, canary: CanaryRef) -> None:
+        """The saga is no longer current: take its canary out (nothing when it ended)."""
+        await self._restore(
+            event,
+            canary.revision,
+            canary.release,
+            Reason.SUPERSEDED,
+            "a newer generation superseded this saga",
+        )
 
     async def _restore(
         self, event: Envelope, revision: str, release: str, reason: Reason, message: str
