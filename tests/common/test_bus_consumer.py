@@ -340,3 +340,53 @@ async def test_the_durable_consumer_is_created_with_the_delivery_rules(nats_url:
 def test_the_back_off_follows_the_attempts_then_stays_at_the_last() -> None:
     spec = ConsumerSpec(service="s", filters=(), backoff_s=(0.1, 0.2, 0.4))
     assert [spec.delay_for(attempt) for attempt in (1, 2, 3, 4, 9)] == [0.1, 0.2, 0.4, 0.4, 0.4]
+
+
+async def test_more_events_than_the_concurrency_all_get_handled(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    names = [f"many-{i}" for i in range(7)]
+    for name in names:
+        await bus.publish(deleted_event(name))
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        handled.append(event.name)
+        if len(handled) == len(names):
+            done.set()
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        handled.append(f"exhausted {event.name}")
+
+    spec = ConsumerSpec(
+        service="narrow", filters=(subjects.event_filter(EventType.RUN_DELETED),), concurrency=2
+    )
+    await consume_until(bus, spec, handler, exhausted, done)
+    assert sorted(handled) == sorted(names)  # each slot freed when its handler ended
+    await bus.close()
+
+
+async def test_stopping_waits_for_the_handler_in_flight_and_acks_it(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("in-flight"))
+    started = asyncio.Event()
+    finished: list[str] = []
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        started.set()
+        await asyncio.sleep(3.0)  # longer than the feed's own stop (its request's expiry)
+        finished.append(event.name)
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        finished.append(f"exhausted {event.name}")
+
+    spec = ConsumerSpec(service="draining", filters=(subjects.event_filter(EventType.RUN_DELETED),))
+    stop = asyncio.Event()
+    running = asyncio.create_task(EventConsumer(bus, spec, handler, exhausted).run(stop))
+    await asyncio.wait_for(started.wait(), timeout=10)
+    stop.set()
+    await asyncio.wait_for(running, timeout=10)
+    assert finished == ["in-flight"]  # run() returned only after the handler ended
+    consumer = await bus.js.consumer_info(subjects.STREAM, subjects.durable_name("draining"))
+    assert (consumer.num_ack_pending, consumer.ack_floor.stream_seq) == (0, 1)
+    await bus.close()
