@@ -1,8 +1,15 @@
 """Publishing on a real nats-server: one message id per saga step, and closing."""
 
+import asyncio
+
+import pytest
+import structlog.testing
+
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus, message_id
+from plnt_common.errors import BusUnavailable
 from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
+from plnt_common.nats_server import NatsServer
 
 
 def deleted(name: str) -> Envelope:
@@ -43,3 +50,43 @@ async def test_closing_drains_the_connection_once(nats_url: str) -> None:
     await bus.close()
     assert bus.nc.is_closed
     await bus.close()  # a second close finds it closed and does nothing
+
+
+async def test_a_duplicate_is_logged_with_its_message_id(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    event = deleted("dup")
+    await bus.publish(event)
+    with structlog.testing.capture_logs() as logs:
+        assert await bus.publish(event) is False
+    assert [(line["event"], line.get("msg_id")) for line in logs] == [
+        ("bus.duplicate_dropped", "default.dup.1.1.run.deleted")
+    ]
+    await bus.close()
+
+
+async def test_a_publish_retries_through_an_outage_and_is_stored_once(
+    nats_server: NatsServer,
+) -> None:
+    bus = await Bus.open(nats_server.url, service="test")
+    nats_server.stop(kill=True)
+    publishing = asyncio.create_task(bus.publish(deleted("outage"), deadline_s=30))
+    await asyncio.sleep(1.5)
+    assert not publishing.done()
+    nats_server.start()
+    assert await asyncio.wait_for(publishing, timeout=30) is True
+    assert (await bus.js.stream_info(subjects.STREAM)).state.messages == 1
+    await bus.close()
+
+
+async def test_a_publish_gives_up_at_its_deadline_naming_what_failed(
+    nats_server: NatsServer,
+) -> None:
+    bus = await Bus.open(nats_server.url, service="test")
+    nats_server.stop(kill=True)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(BusUnavailable, match=r"publishing plnt\.evt\.run\.deleted\.default\.late"):
+        await bus.publish(deleted("late"), deadline_s=1.0)
+    assert 0.9 <= loop.time() - started < 10
+    nats_server.start()
+    await bus.close()
