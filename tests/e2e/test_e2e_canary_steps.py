@@ -4,12 +4,15 @@ own process, the promoter judging the router's published figures."""
 import asyncio
 import contextlib
 import copy
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from canary_load import Load, parking_only_upstream
 from stack_support import Client, publish_spec, run_document, workflow_named
 
@@ -247,3 +250,46 @@ async def test_replay_rebuilds_the_projection_of_stepped_rollouts(
     finally:
         await session.close()
     assert await stored_projections(client.bus.nc) == before
+
+
+SLOW_TO_RECOVER = {"promoter"}
+"""A held step's message comes back only after the consumer's 30 s ack wait."""
+QUICK_KILLS = {"promoter", "router"}
+"""In the default suite: the two services a held step depends on; the rest are slow."""
+
+
+@pytest.mark.parametrize(
+    "service",
+    [
+        pytest.param(service, marks=[pytest.mark.slow] if service not in QUICK_KILLS else [])
+        for service in (
+            "promoter",
+            "router",
+            "watcher",
+            "puller",
+            "installer",
+            "smoke",
+            "local-backend",
+        )
+    ],
+)
+async def test_a_service_killed_while_progressing_still_ends_the_saga_once_in_its_true_state(
+    client: Client, registry: Path, stack: Supervisor, service: str
+) -> None:
+    name = f"steps-kill-{service}"
+    document = await ready_stable(client, registry, name)
+    endpoint = (await client.status(name))["endpoint"]
+    target = next(p for p in stack.services() if p.name == service)
+    load = Load(endpoint, concurrency=2, pause_s=0.02)
+    async with load.running():
+        await client.apply(stepped(document, [20, 50], "5s", minInvocations=5))
+        await wait_progressing(client, name)
+        os.kill(target.pid, signal.SIGKILL)
+        timeout_s = 90 if service in SLOW_TO_RECOVER else 45
+        body = await client.wait_phase(name, "Ready", generation=2, timeout_s=timeout_s)
+    assert body["status"]["revision"] == CANARY
+    events = [e for e in await client.events(name) if e.sagaid == f"default.{name}.2.1"]
+    assert [e.event_type for e in events if e.event_type.is_terminal] == [EventType.RUN_READY]
+    verdicts = [(e.event_type, e.data["step"]) for e in events if "analysis" in e.type]
+    assert verdicts == [(EventType.ANALYSIS_PASSED, 1), (EventType.ANALYSIS_PASSED, 2)]
+    assert target.restarts >= 1
