@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from canary_load import Load, parking_only_upstream
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from stack_support import Client, publish_spec, run_document, workflow_named
 
 from plnt_cli.commands import Session, replay
@@ -167,6 +168,7 @@ async def test_a_canary_failing_live_inputs_is_rolled_back_in_its_first_step_whi
     events = [e for e in await client.events(name) if e.sagaid == f"default.{name}.2.1"]
     by_kind = {e.event_type: e for e in events}
     assert EventType.ANALYSIS_PASSED not in by_kind
+    assert by_kind[EventType.RUN_ROLLED_BACK].data["reason"] == "AnalysisFailed"
     held_s = (
         by_kind[EventType.ANALYSIS_FAILED].time - by_kind[EventType.CANARY_STEPPED].time
     ).total_seconds()
@@ -221,6 +223,14 @@ async def test_a_spec_change_while_progressing_supersedes_the_stepped_canary(
     assert EventType.ANALYSIS_PASSED not in {e.event_type for e in second}
 
 
+async def route_of(client: Client, name: str) -> bytes | None:
+    try:
+        entry = await client.bus.routes.get(f"default.{name}")
+    except (KeyNotFoundError, KeyDeletedError):
+        return None
+    return entry.value or None
+
+
 async def test_a_delete_while_progressing_removes_the_run(client: Client, registry: Path) -> None:
     name = "steps-deleted"
     document = await ready_stable(client, registry, name)
@@ -229,11 +239,20 @@ async def test_a_delete_while_progressing_removes_the_run(client: Client, regist
     started = time.monotonic()
     assert await client.store.delete("WorkflowRun", "default", name) == "deleting"
     await client.wait_for(name, lambda body: body is None, timeout_s=30, what="to disappear")
-    assert time.monotonic() - started < 15  # not held until the 30 s step ends
+    for _ in range(100):  # the route goes too, not only when the 30 s step would have ended
+        if await route_of(client, name) is None:
+            break
+        await asyncio.sleep(0.1)
+    assert await route_of(client, name) is None
+    assert time.monotonic() - started < 15
     assert await client.release_keys(name) == []
-    kinds = [e.event_type for e in await client.events(name)]
-    assert kinds[-1] == EventType.RUN_REMOVED
-    assert kinds.count(EventType.RUN_READY) == 1  # the first rollout's only
+    events = await client.events(name)
+    assert [e.event_type for e in events].count(EventType.RUN_READY) == 1  # the first rollout's
+    stepped_saga = [e for e in events if e.sagaid == f"default.{name}.2.1"]
+    terminals = [e for e in stepped_saga if e.event_type.is_terminal]
+    assert [t.data["reason"] for t in terminals] == ["Superseded"]
+    deletion = next(e for e in events if e.event_type is EventType.RUN_DELETED).sagaid
+    assert [e.event_type for e in events if e.sagaid == deletion][-1] == EventType.RUN_REMOVED
 
 
 async def test_replay_rebuilds_the_projection_of_stepped_rollouts(
