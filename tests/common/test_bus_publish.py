@@ -90,3 +90,22 @@ async def test_a_publish_gives_up_at_its_deadline_naming_what_failed(
     assert 0.9 <= loop.time() - started < 10
     nats_server.start()
     await bus.close()
+
+
+async def test_the_bus_binds_each_bucket_of_the_contract_by_its_name(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="binder")
+    buckets = {
+        "runs": subjects.RUNS_BUCKET,
+        "routes": subjects.ROUTES_BUCKET,
+        "resources": subjects.RESOURCES_BUCKET,
+        "releases": subjects.RELEASES_BUCKET,
+        "sagas": subjects.SAGAS_BUCKET,
+    }
+    for attribute, name in buckets.items():
+        await getattr(bus, attribute).put("probe", attribute.encode())
+        read = await (await bus.js.key_value(name)).get("probe")
+        assert read.value == attribute.encode(), name
+    await bus.specs.put("probe", b"spec")
+    stored = await (await bus.js.object_store(subjects.SPECS_OBJECT_STORE)).get("probe")
+    assert stored.data == b"spec"
+    await bus.close()
