@@ -60,7 +60,7 @@ async def burst_with(
     applying = asyncio.create_task(apply_burst(client, registry, names))
     await fault
     await applying
-    await wait_all_ready(client, names, timeout_s=90 + 2 * size)
+    await wait_all_ready(client, names, timeout_s=90 + 5 * size)
     return names
 
 

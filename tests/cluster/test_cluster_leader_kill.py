@@ -32,6 +32,7 @@ async def test_a_burst_survives_a_sigkill_of_the_event_streams_leader(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # 50 runner processes on 2 cores: minutes when the box is busy
 async def test_a_burst_of_fifty_survives_a_sigkill_of_the_event_streams_leader(
     client: Client, registry: Path, nats_cluster: NatsCluster
 ) -> None:
