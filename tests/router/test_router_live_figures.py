@@ -1,6 +1,7 @@
 """The router's live figures: what a runner's spend headers add, and what the totals read
 off the router's own counters hold (a real router app on a real socket, real runners)."""
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -10,7 +11,8 @@ from conftest import FakeRunner
 
 from plnt_common.figures import RevisionTotals
 from plnt_router.app import INVOCATION_METRICS, app_runner, create_app
-from plnt_router.live_figures import LiveTotals
+from plnt_router.live_figures import SERIES_PER_TURN, LiveTotals
+from plnt_router.metrics import InvocationMetrics
 from plnt_router.settings import RouterSettings
 
 
@@ -59,7 +61,7 @@ async def test_spend_headers_and_statuses_make_the_totals_of_each_revision(
         assert response.status == 404
 
     live = LiveTotals(app[INVOCATION_METRICS])
-    every = live.collect()
+    every = await live.collect()
     totals = every[("default", "live-figures")]
     assert set(totals) == {"lf-stable", "lf-canary"}
     assert totals["lf-stable"].model_copy(update={"latency_buckets": ()}) == RevisionTotals(
@@ -91,10 +93,24 @@ async def test_a_second_reading_sees_the_calls_since_the_first_and_a_4xx_is_no_e
         for _ in range(count):
             async with http.post(f"{router}/workflows/lf-again/invoke", json={}) as response:
                 assert response.status == 422
-        return live.collect()[("default", "lf-again")]["lf-again"]
+        return (await live.collect())[("default", "lf-again")]["lf-again"]
 
     first = await calls(1)
     assert (first.invocations, dict(first.latency_buckets)[float("inf")]) == (1, 1)
     second = await calls(2)
     assert (second.invocations, dict(second.latency_buckets)[float("inf")]) == (3, 3)
     assert (second.tokens, second.errors) == (6, 0)
+
+
+async def test_reading_many_series_lets_calls_through_every_few_series() -> None:
+    metrics = InvocationMetrics()
+    for n in range(3 * SERIES_PER_TURN):
+        metrics.observe(workflow=f"default/lf-many-{n}", revision="r1", status=200, seconds=0.01)
+    live = LiveTotals(metrics)
+    turns = 0
+    reading = asyncio.ensure_future(live.collect())
+    while not reading.done():
+        turns += 1  # another task on the loop (a call) got a turn during the reading
+        await asyncio.sleep(0)
+    assert len(await reading) == 3 * SERIES_PER_TURN
+    assert turns >= 3

@@ -54,7 +54,7 @@ class FiguresPublisher:
 
     async def publish_once(self) -> None:
         """Publish the current totals of every workflow that has served a call."""
-        for (namespace, name), revisions in self._totals.collect().items():
+        for (namespace, name), revisions in (await self._totals.collect()).items():
             figures = RouterFigures(
                 router=self._router, namespace=namespace, name=name, revisions=revisions
             )
