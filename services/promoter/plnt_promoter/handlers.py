@@ -1,4 +1,8 @@
-"""Promoter handlers: decode, observe the saga and the route, decide, write, publish."""
+"""Promoter handlers: decode, observe the saga and the route, decide, write, publish.
+
+The stepped canary runs here too: ``canary.stepped`` is held (``step_hold``) and answered
+with ``analysis.passed`` or ``analysis.failed``.
+"""
 
 import asyncio
 
