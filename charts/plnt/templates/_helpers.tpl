@@ -108,14 +108,14 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
 */}}
 {{- define "plnt.settingKeys" -}}
 {{- $keys := dict
-  "watcher" (list "source" "concurrency" "statusLingerS" "deadlinePullingS" "deadlineInstallingS" "deadlineSmokingS" "deadlinePromotingS" "deadlineCheckIntervalS"
+  "watcher" (list "source" "concurrency" "statusLingerS" "deadlinePullingS" "deadlineInstallingS" "deadlineSmokingS" "deadlinePromotingS" "deadlineProgressingS" "deadlineCheckIntervalS"
                   "kubeconfig" "kubeContext" "kubeNamespace" "kubeWatchTimeoutS" "kubeRequestTimeoutS" "kubeEvents"
                   "leaderElection" "leaseName" "leaseNamespace" "leaseDurationS" "leaseRenewDeadlineS" "leaseRetryPeriodS" "leaseIdentity")
   "puller" (list "s3EndpointUrl" "s3Region" "s3MaxAttempts" "connectTimeoutS" "readTimeoutS" "maxAttempts" "retryBackoffS" "concurrency"
                  "backends" "kubeconfig")
   "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "runnerChart" "backends" "kubeconfig")
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
-  "promoter" (list "concurrency" "figures" "prometheusUrl")
+  "promoter" (list "concurrency" "followResyncS" "figures" "prometheusUrl")
   "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS" "figuresIntervalS")
 }}
 {{- toJson (append (get $keys .) "metricsPort") }}
