@@ -32,6 +32,7 @@ from plnt_common.events import (
     SmokeVerdict,
     follow_up,
 )
+from plnt_common.figures import RevisionTotals
 from plnt_common.releases import DesiredRelease, ObservedRelease
 from plnt_common.resources import WorkflowRunSpec
 from plnt_common.saga import SagaState, TerminalClaim
@@ -142,6 +143,13 @@ async def test_every_terminal_type_claims_its_saga(
     assert await observe_saga(first, cause) is SagaState.ENDED
 
 
+class NoFigures:
+    """No live figures: these sagas have no canary steps to judge."""
+
+    async def totals(self, *, namespace: str, name: str) -> dict[str, RevisionTotals]:
+        return {}
+
+
 class NothingInstalled:
     """A ``ReleaseBackend`` holding no release: the canary is already gone."""
 
@@ -188,7 +196,10 @@ async def test_a_late_smoke_pass_racing_a_deadline_compensation_ends_each_saga_o
     step's timeout (route.restored): both see a current saga, one terminal wins."""
     promoter_bus, installer_bus = replicas
     promoter = PromoterHandlers(
-        bus=promoter_bus, routes=RouteTable(promoter_bus.routes), public_url="http://router"
+        bus=promoter_bus,
+        routes=RouteTable(promoter_bus.routes),
+        public_url="http://router",
+        figures=NoFigures(),
     )
     installer = InstallerHandlers(
         bus=installer_bus,
