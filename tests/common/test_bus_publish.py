@@ -69,12 +69,19 @@ async def test_a_publish_retries_through_an_outage_and_is_stored_once(
 ) -> None:
     bus = await Bus.open(nats_server.url, service="test")
     nats_server.stop(kill=True)
-    publishing = asyncio.create_task(bus.publish(deleted("outage"), deadline_s=30))
-    await asyncio.sleep(1.5)
-    assert not publishing.done()
-    nats_server.start()
-    assert await asyncio.wait_for(publishing, timeout=30) is True
+    with structlog.testing.capture_logs() as logs:
+        publishing = asyncio.create_task(bus.publish(deleted("outage"), deadline_s=30))
+        await asyncio.sleep(1.5)
+        assert not publishing.done()
+        nats_server.start()
+        assert await asyncio.wait_for(publishing, timeout=30) is True
     assert (await bus.js.stream_info(subjects.STREAM)).state.messages == 1
+    retries = [line for line in logs if line["event"] == "bus.publish_retry"]
+    assert [line["attempt"] for line in retries] == list(range(1, len(retries) + 1))
+    assert retries and all(
+        line["subject"] == "plnt.evt.run.deleted.default.outage" and line["error"]
+        for line in retries
+    )
     await bus.close()
 
 
