@@ -52,7 +52,9 @@ def workflowrun_rows(objects: list[dict[str, Any]]) -> str:
                 age(body["metadata"].get("creationTimestamp")),
             ]
         )
-    return table(["NAME", "PHASE", "SERVING", "REVISION", "CANARY", "STEP", "ENDPOINT", "AGE"], rows)
+    return table(
+        ["NAME", "PHASE", "SERVING", "REVISION", "CANARY", "STEP", "ENDPOINT", "AGE"], rows
+    )
 
 
 def serving(status: dict[str, Any]) -> str:
