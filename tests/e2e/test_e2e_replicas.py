@@ -62,6 +62,10 @@ async def test_a_burst_on_two_replicas_ends_each_saga_once_with_one_install(
         assert len(await client.observed_pids(name)) == 1, (name, await client.release_keys(name))
 
     effects = side_effects(counted)
+    # Embedded watchers elect no leader: both may request a saga, and the duplicate
+    # window keeps one run.requested (the puller's single run per saga shows it).
+    requests = effects.pop(("watcher", "saga_request"))
+    assert RUNS <= requests <= 2 * RUNS, requests
     assert effects == {
         ("puller", "spec_store"): RUNS,
         ("installer", "canary_install"): RUNS,
