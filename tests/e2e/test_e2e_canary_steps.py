@@ -215,6 +215,15 @@ async def test_a_spec_change_while_progressing_supersedes_the_stepped_canary(
     await client.apply(third)
     body = await client.wait_phase(name, "Ready", generation=3, timeout_s=60)
     assert body["status"]["revision"] == "1.0.0-g3"
+    # the superseded saga ends on its own clock: its held step sees the newer saga at its
+    # next tick, so its terminal may come after the newer saga is Ready
+    for _ in range(150):
+        second = [e for e in await client.events(name) if e.sagaid == f"default.{name}.2.1"]
+        terminals = [e for e in second if e.event_type.is_terminal]
+        if terminals:
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)  # a second, wrong terminal would follow the first at once
     second = [e for e in await client.events(name) if e.sagaid == f"default.{name}.2.1"]
     terminals = [e for e in second if e.event_type.is_terminal]
     assert [(t.event_type, t.data["reason"]) for t in terminals] == [
