@@ -387,6 +387,13 @@ async def test_stopping_waits_for_the_handler_in_flight_and_acks_it(nats_url: st
     stop.set()
     await asyncio.wait_for(running, timeout=10)
     assert finished == ["in-flight"]  # run() returned only after the handler ended
-    consumer = await bus.js.consumer_info(subjects.STREAM, subjects.durable_name("draining"))
+    # the ack went out before run() returned; the server applies it on its own consumer
+    # loop, so its info may show it a moment later (never after a redelivery: ack_wait is 30 s)
+    for _ in range(50):
+        consumer = await bus.js.consumer_info(subjects.STREAM, subjects.durable_name("draining"))
+        if consumer.num_ack_pending == 0:
+            break
+        await asyncio.sleep(0.1)
     assert (consumer.num_ack_pending, consumer.ack_floor.stream_seq) == (0, 1)
+    assert consumer.num_redelivered == 0
     await bus.close()
