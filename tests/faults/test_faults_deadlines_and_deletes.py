@@ -81,6 +81,7 @@ async def test_a_smoke_step_past_its_deadline_is_timed_out_and_compensated(
     done = side_effects(counted)
     done.subtract(before)
     assert {key: n for key, n in done.items() if n and key[0] != "smoke"} == {
+        ("watcher", "saga_request"): 1,
         ("puller", "spec_store"): 1,
         ("installer", "canary_install"): 1,
         ("local-backend", "runner_start"): 1,
