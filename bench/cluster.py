@@ -19,7 +19,7 @@ from bench.stats import percentile
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.nats_server import NatsCluster
-from plnt_common.testing.cluster import restart_node, stream_leader, wait_until_replicated
+from plnt_testkit.cluster import restart_node, stream_leader, wait_until_replicated
 
 DEPLOY_FLOWS = 4
 """Deploys kept in flight while the leader is killed: the stream always has work."""

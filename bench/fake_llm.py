@@ -9,7 +9,7 @@ import argparse
 import asyncio
 import contextlib
 
-from plnt_common.testing.fake_llm import FakeLLM
+from plnt_testkit.fake_llm import FakeLLM
 
 
 async def serve(latency_s: float) -> None:

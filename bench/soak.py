@@ -39,8 +39,8 @@ from plnt_common.nats_server import free_ports
 from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
-from plnt_common.testing.cluster import wait_until_replicated
-from plnt_common.testing.projections import stored_projections
+from plnt_testkit.cluster import wait_until_replicated
+from plnt_testkit.projections import stored_projections
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FINAL_PHASES = {"Ready", "RolledBack", "Failed"}

@@ -14,8 +14,8 @@ from plnt_common.bus.history import read_events
 from plnt_common.bus.replay import replay
 from plnt_common.events import EventType
 from plnt_common.nats_server import NatsCluster
-from plnt_common.testing.cluster import restart_node
-from plnt_common.testing.projections import stored_projections
+from plnt_testkit.cluster import restart_node
+from plnt_testkit.projections import stored_projections
 
 BURST = int(os.environ.get("PLNT_CLUSTER_BURST", "15"))
 """Runs per burst in the default suite; 50 under ``-m slow`` (test_cluster_leader_kill)."""

@@ -10,7 +10,7 @@ from cluster_support import BURST, broken_promises, burst_with, kill_for_a_while
 from stack_support import Client
 
 from plnt_common.nats_server import NatsCluster
-from plnt_common.testing.cluster import stream_leader, wait_until_replicated
+from plnt_testkit.cluster import stream_leader, wait_until_replicated
 
 pytestmark = pytest.mark.timeout(300)
 

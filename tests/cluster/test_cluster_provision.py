@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from plnt_common.bus.connection import connect
 from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.nats_server import NatsCluster
-from plnt_common.testing.cluster import stream_leader
+from plnt_testkit.cluster import stream_leader
 
 READS_AFTER_RESTART = 1000
 """Writes read back at once after a follower restarts: with direct gets, about one in

@@ -12,8 +12,8 @@ from plnt_common.bus.history import read_events
 from plnt_common.events import Envelope, RunSnapshot
 from plnt_common.nats_server import NatsCluster
 from plnt_common.resources import WorkflowRunSpec
-from plnt_common.testing.cluster import restart_node, stream_leader, wait_until_replicated
-from plnt_common.testing.events import run_requested
+from plnt_testkit.cluster import restart_node, stream_leader, wait_until_replicated
+from plnt_testkit.events import run_requested
 
 EVENTS = 400
 IN_FLIGHT = 16

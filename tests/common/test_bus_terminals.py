@@ -37,10 +37,10 @@ from plnt_common.releases import DesiredRelease, ObservedRelease
 from plnt_common.resources import WorkflowRunSpec
 from plnt_common.saga import SagaState, TerminalClaim
 from plnt_common.status import Reason
-from plnt_common.testing.events import run_requested
 from plnt_installer.handlers import InstallerHandlers
 from plnt_promoter.adapters.route_table import RouteTable
 from plnt_promoter.handlers import PromoterHandlers
+from plnt_testkit.events import run_requested
 
 DELIVERY = Delivery(msg=None, attempt=1)  # type: ignore[arg-type]
 ROUNDS = 12

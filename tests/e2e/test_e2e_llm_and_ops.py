@@ -19,7 +19,7 @@ from stack_support import Client, invoke, publish_spec, run_document, workflow_n
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
 from plnt_common.nats_server import free_ports
-from plnt_common.testing.fake_llm import FakeLLM
+from plnt_testkit.fake_llm import FakeLLM
 
 API_KEY = "sk-plnt-e2e"
 

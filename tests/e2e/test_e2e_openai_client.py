@@ -14,8 +14,8 @@ from stack_support import Client, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
-from plnt_common.testing.fake_llm import FakeLLM, running_in_thread
 from plnt_runner.prompts import Task, read_messages
+from plnt_testkit.fake_llm import FakeLLM, running_in_thread
 
 REPLY = "Thank you for visiting us and for the kind words about our coffee"
 CLASSIFIED = '{"sentiment": "positive", "topic": "coffee"}'

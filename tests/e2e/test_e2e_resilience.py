@@ -20,7 +20,7 @@ from stack_support import (
 from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
-from plnt_common.testing.projections import stored_projections
+from plnt_testkit.projections import stored_projections
 
 
 @pytest.fixture

@@ -29,9 +29,9 @@ from installer_helm_support import (
 from kubernetes import config
 from kubernetes.config import kube_config
 
-from plnt_common.testing.kube_emulator import KubeEmulator
 from plnt_installer.adapters.helm_releases import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
+from plnt_testkit.kube_emulator import KubeEmulator
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "plnt-runner"
 

@@ -16,9 +16,9 @@ from plnt_common.errors import SpecNotFound
 from plnt_common.events import RunSnapshot, SpecPulled
 from plnt_common.releases import DesiredRelease, ReleaseRole, revision_label
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
-from plnt_common.testing.kube_emulator import ResourceType
 from plnt_common.workflow import spec_digest
 from plnt_installer import logic
+from plnt_testkit.kube_emulator import ResourceType
 
 FAKE_HELM_DIR = Path(__file__).resolve().with_name("fake_helm")
 CHART = Path(__file__).resolve().parents[2] / "charts" / "plnt-runner"

@@ -9,11 +9,11 @@ from installer_helm_support import HELM_NS, IN_CLUSTER, SECRETS_NS, FakeCluster,
 from kubernetes import config
 
 from plnt_common.errors import BackendUnavailable
-from plnt_common.testing.kube_emulator import KubeEmulator
 from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.kube_errors import KubernetesUnavailable
 from plnt_installer.adapters.kube_readiness import KubeDeployments
 from plnt_installer.readiness import DeploymentState
+from plnt_testkit.kube_emulator import KubeEmulator
 
 NAME = "review-responder-g1"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from plnt_common.testing.kube_emulator import KubeEmulator
+from plnt_testkit.kube_emulator import KubeEmulator
 
 # The end-to-end helpers (file registry, run and backend documents) are shared with
 # tests/e2e; appended, not prepended, so nothing here is shadowed.

@@ -32,8 +32,6 @@ from plnt_common.events import (
 from plnt_common.kube import PlntBackendReader, api_client, api_error
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
-from plnt_common.testing.events import run_requested
-from plnt_common.testing.kube_emulator import EVENTS, KubeEmulator
 from plnt_installer import app as installer_app
 from plnt_installer.adapters.backend_targets import StoredTargets
 from plnt_installer.adapters.kube_targets import KubeApiTargets
@@ -41,6 +39,8 @@ from plnt_installer.settings import InstallerSettings
 from plnt_puller import app
 from plnt_puller.adapters.kube_backends import KubernetesBackends
 from plnt_puller.settings import PullerSettings
+from plnt_testkit.events import run_requested
+from plnt_testkit.kube_emulator import EVENTS, KubeEmulator
 
 H100 = "nvidia.com/h100"
 LOCAL_SPEC: dict[str, Any] = {

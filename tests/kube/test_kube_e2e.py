@@ -33,7 +33,7 @@ from stack_support import (
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
 from plnt_common.events import EventType
-from plnt_common.testing.kube_emulator import EVENTS, LEASES, KubeEmulator
+from plnt_testkit.kube_emulator import EVENTS, LEASES, KubeEmulator
 
 KUBE_ENV = {
     "PLNT_WATCHER_SOURCE": "kubernetes",

@@ -21,7 +21,7 @@ from kube_support import (
 )
 from kubernetes import client, config
 
-from plnt_common.testing.kube_emulator import KubeEmulator
+from plnt_testkit.kube_emulator import KubeEmulator
 
 Objects = client.CustomObjectsApi
 MERGE = "application/merge-patch+json"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plnt_common.testing.kube_emulator import LEASES, KubeEmulator
+from plnt_testkit.kube_emulator import LEASES, KubeEmulator
 from plnt_watcher.adapters.kube_api import KubernetesUnavailable, connect
 from plnt_watcher.adapters.lease import KubernetesLeaseStore
 from plnt_watcher.leader import LeaderElector, LeaseRecord, claim, may_take

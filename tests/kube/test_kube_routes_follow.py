@@ -20,8 +20,8 @@ from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
 from plnt_common.releases import ReleasePhase
 from plnt_common.routes import RouteEntry, RouteTarget
-from plnt_common.testing.kube_emulator import DEFAULT_TYPES, ENDPOINTS, SERVICES, KubeEmulator
 from plnt_installer.helm_observer import ServiceState, observation
+from plnt_testkit.kube_emulator import DEFAULT_TYPES, ENDPOINTS, SERVICES, KubeEmulator
 
 HELM_NS = "plnt-runners"
 RELEASE = "shop-g1"

@@ -12,7 +12,7 @@ from kube_support import GROUP, RUNS, VERSION, create_run, get_run
 from kubernetes import client
 
 from plnt_common.errors import Conflict, PlntError
-from plnt_common.testing.kube_emulator import EVENTS, WORKFLOW_RUNS, KubeEmulator
+from plnt_testkit.kube_emulator import EVENTS, WORKFLOW_RUNS, KubeEmulator
 from plnt_watcher.adapters.kube_api import KubernetesRejected, KubernetesUnavailable, connect
 from plnt_watcher.adapters.kube_events import EventRecorder
 from plnt_watcher.adapters.kubernetes_source import KubernetesSource, Seen, relist_changes

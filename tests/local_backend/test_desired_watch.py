@@ -6,9 +6,9 @@ from typing import Any
 
 from plnt_common.bus.bus import Bus
 from plnt_common.releases import DesiredRelease, desired_key
-from plnt_common.testing.early_marker import MarkFirst
 from plnt_local_backend.adapters.desired_watch import DesiredWatch
 from plnt_local_backend.logic import ReleaseKey
+from plnt_testkit.early_marker import MarkFirst
 
 
 class RecordingSink:

@@ -15,8 +15,8 @@ import pytest
 from puller_support import FileSource, PullerUnderTest, S3Source, SpecSource
 
 from plnt_common.bus.bus import Bus
-from plnt_common.testing.moto_s3 import moto_s3_server
 from plnt_puller.settings import PullerSettings
+from plnt_testkit.moto_s3 import moto_s3_server
 
 
 @pytest.fixture

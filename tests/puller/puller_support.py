@@ -23,9 +23,9 @@ from plnt_common.events import (
 )
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import WorkflowRunSpec, parse_resource
-from plnt_common.testing.events import run_requested
 from plnt_puller import app
 from plnt_puller.settings import PullerSettings
+from plnt_testkit.events import run_requested
 
 RUN_NAME = "review-responder"
 WORKFLOW = "review-responder"

@@ -9,7 +9,7 @@ from puller_support import PullerUnderTest, S3Source, run_snapshot, workflow_yam
 
 from plnt_common.events import EventType, RunFailed
 from plnt_common.status import Reason
-from plnt_common.testing.tcp_proxy import FaultProxy
+from plnt_testkit.tcp_proxy import FaultProxy
 
 
 @pytest.fixture

@@ -38,8 +38,8 @@ from plnt_common.events import (
 from plnt_common.nats_server import free_port
 from plnt_common.saga import TerminalClaim
 from plnt_common.status import Reason
-from plnt_common.testing.events import run_requested
 from plnt_common.workflow import MAX_SPEC_BYTES, spec_digest
+from plnt_testkit.events import run_requested
 
 
 def failure_of(event: Envelope) -> RunFailed:

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from plnt_common.routes import RouteEntry, RouteTarget
-from plnt_common.testing.fake_llm import FakeLLM
 from plnt_router.table import RouteTable
 from plnt_runner.app import create_app as create_runner_app
 from plnt_runner.prompts import Task, read_messages
 from plnt_runner.settings import RunnerSettings
+from plnt_testkit.fake_llm import FakeLLM
 
 Factory = Callable[..., Awaitable[Any]]
 REPLY = "Thank you for the kind words about our coffee and our team today"

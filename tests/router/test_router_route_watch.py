@@ -13,9 +13,9 @@ from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.nats_server import NatsServer
 from plnt_common.routes import RouteEntry, RouteTarget, route_key
 from plnt_common.subjects import ROUTES_BUCKET
-from plnt_common.testing.early_marker import MarkFirst
 from plnt_router.adapters.route_watch import RouteWatcher
 from plnt_router.table import RouteTable
+from plnt_testkit.early_marker import MarkFirst
 
 Wait = Callable[..., Awaitable[None]]
 

@@ -21,9 +21,9 @@ from runner_support import (
 
 from plnt_common.errors import SpecInvalid
 from plnt_common.nats_server import free_port
-from plnt_common.testing.fake_llm import FakeLLM
 from plnt_runner.app import create_app
 from plnt_runner.settings import RunnerSettings
+from plnt_testkit.fake_llm import FakeLLM
 
 SSE = {"Accept": "text/event-stream"}
 

@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from runner_support import EXAMPLE_BODY, eventually, write_example
 
-from plnt_common.testing.fake_llm import FakeLLM
 from plnt_runner.settings import RunnerSettings
+from plnt_testkit.fake_llm import FakeLLM
 
 
 def runner_env(**settings: str) -> dict[str, str]:

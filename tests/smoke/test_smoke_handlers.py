@@ -28,10 +28,10 @@ from plnt_common.events import (
 )
 from plnt_common.resources import WorkflowRunSpec
 from plnt_common.status import Phase, Reason
-from plnt_common.testing.events import run_requested
 from plnt_smoke.adapters.harness import SmokeHarness
 from plnt_smoke.handlers import SmokeHandlers
 from plnt_smoke.ports import SimilarityScorer, SimilarityUnavailable
+from plnt_testkit.events import run_requested
 
 DELIVERY = Delivery(msg=None, attempt=1)  # type: ignore[arg-type]
 

@@ -22,7 +22,7 @@ from plnt_common.projection import apply_event, empty_projection
 from plnt_common.resource_store import ResourceStore, StoredObject
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec, parse_resource
 from plnt_common.status import Phase, Reason
-from plnt_common.testing.events import run_requested
+from plnt_testkit.events import run_requested
 from plnt_watcher.adapters.embedded_source import EmbeddedSource
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.handlers import ProjectionHandlers

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from plnt_common.testing.kube_emulator.types import ApiError, ResourceType
+from plnt_testkit.kube_emulator.types import ApiError, ResourceType
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Match = Callable[[dict[str, Any]], bool]

@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from plnt_common.testing.kube_emulator.selectors import parse_selectors
-from plnt_common.testing.kube_emulator.store import ObjectStore
-from plnt_common.testing.kube_emulator.types import ApiError, ResourceType
-from plnt_common.testing.kube_emulator.watch_hub import Closed, Expired, Subscription, WatchEvent
+from plnt_testkit.kube_emulator.selectors import parse_selectors
+from plnt_testkit.kube_emulator.store import ObjectStore
+from plnt_testkit.kube_emulator.types import ApiError, ResourceType
+from plnt_testkit.kube_emulator.watch_hub import Closed, Expired, Subscription, WatchEvent
 
 TICK_S = 0.2
 """How often an idle watch checks whether its client went away."""

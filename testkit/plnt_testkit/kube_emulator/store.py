@@ -27,9 +27,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from plnt_common.testing.kube_emulator.patches import PatchError, json_patch, merge_patch
-from plnt_common.testing.kube_emulator.types import STALE_OBJECT, ApiError, ResourceType
-from plnt_common.testing.kube_emulator.watch_hub import Match, Subscription, WatchEvent, WatchHub
+from plnt_testkit.kube_emulator.patches import PatchError, json_patch, merge_patch
+from plnt_testkit.kube_emulator.types import STALE_OBJECT, ApiError, ResourceType
+from plnt_testkit.kube_emulator.watch_hub import Match, Subscription, WatchEvent, WatchHub
 
 Validator = Callable[[dict[str, Any]], None]
 MERGE_PATCH = "application/merge-patch+json"

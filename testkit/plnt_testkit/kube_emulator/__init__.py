@@ -14,8 +14,8 @@ It is not a cluster: nothing schedules, no controller runs, nothing is authentic
         api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
 """
 
-from plnt_common.testing.kube_emulator.emulator import KubeEmulator
-from plnt_common.testing.kube_emulator.types import (
+from plnt_testkit.kube_emulator.emulator import KubeEmulator
+from plnt_testkit.kube_emulator.types import (
     DEFAULT_TYPES,
     ENDPOINTS,
     EVENTS,

@@ -9,7 +9,7 @@ selector the emulator cannot read raises ``ValueError`` (the server answers 400)
 import re
 from typing import Any
 
-from plnt_common.testing.kube_emulator.watch_hub import Match
+from plnt_testkit.kube_emulator.watch_hub import Match
 
 _SET_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 _FIELDS = {"metadata.name": "name", "metadata.namespace": "namespace"}

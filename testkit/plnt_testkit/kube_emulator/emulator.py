@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
-from plnt_common.testing.kube_emulator.server import ApiHandler, Hook, Served
-from plnt_common.testing.kube_emulator.store import ObjectStore, Validator
-from plnt_common.testing.kube_emulator.types import DEFAULT_TYPES, ResourceType
+from plnt_testkit.kube_emulator.server import ApiHandler, Hook, Served
+from plnt_testkit.kube_emulator.store import ObjectStore, Validator
+from plnt_testkit.kube_emulator.types import DEFAULT_TYPES, ResourceType
 
 T = TypeVar("T")
 CONTEXT = "plnt-emulator"

@@ -1,10 +1,10 @@
-"""Run the emulator by hand: ``python -m plnt_common.testing.kube_emulator --kubeconfig F``."""
+"""Run the emulator by hand: ``python -m plnt_testkit.kube_emulator --kubeconfig F``."""
 
 import argparse
 import threading
 from pathlib import Path
 
-from plnt_common.testing.kube_emulator.emulator import KubeEmulator
+from plnt_testkit.kube_emulator.emulator import KubeEmulator
 
 
 def main() -> None:
