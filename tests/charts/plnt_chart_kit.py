@@ -23,9 +23,9 @@ from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS_DIR = REPO / "crds"
-RUNNER_CHART = REPO / "charts" / "plnt-runner"
 PLNT_CHART = REPO / "charts" / "plnt"
+CRDS_DIR = PLNT_CHART / "crds"  # the one copy: Helm installs it, kubectl applies it
+RUNNER_CHART = REPO / "charts" / "plnt-runner"
 SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
 
 # The newest Kubernetes version kubernetes-validate ships schemas for (1.37 at writing).
