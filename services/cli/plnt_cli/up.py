@@ -3,7 +3,6 @@
 import asyncio
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -182,7 +181,3 @@ def run_up(config: StackConfig, *, say: Callable[[str], None]) -> int:
         stack.stop()
         say("stopped")
     return code
-
-
-def stderr_say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

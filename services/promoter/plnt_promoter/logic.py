@@ -100,10 +100,6 @@ def canary_is_routed(entry: RouteEntry | None, saga_id: str) -> bool:
     return entry is not None and entry.canary is not None and entry.canary.saga_id == saga_id
 
 
-def decide_on_failure(state: SagaState) -> Verdict:
-    return Verdict.IGNORE if state is SagaState.ENDED else Verdict.RESTORE
-
-
 def promoted(entry: RouteEntry, endpoint: str) -> RouteEntry:
     """All traffic on the canary, which becomes the stable revision."""
     return entry.model_copy(

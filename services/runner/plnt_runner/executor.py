@@ -127,9 +127,6 @@ class Executor:
         """Step ids, deps first."""
         return list(self._order)
 
-    def tool_of(self, step_id: str) -> str:
-        return self._plans[step_id].step.tool
-
     async def run(
         self, body: Mapping[str, Any], *, on_event: EventSink | None = None
     ) -> Invocation:

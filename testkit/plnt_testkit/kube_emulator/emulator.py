@@ -167,10 +167,6 @@ class KubeEmulator:
         """Open watches stop receiving events (a stuck connection); returns how many."""
         return int(self._call(self.store.watches.stall))
 
-    def expire_watches(self) -> int:
-        """End every open watch with an ERROR 410 event; returns how many ended."""
-        return int(self._call(self.store.watches.expire))
-
     def force_gone(self) -> int:
         """Compact the history and expire every watch: clients must re-list."""
 
