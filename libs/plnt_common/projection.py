@@ -26,6 +26,7 @@ from plnt_common.events import (
     SpecPulled,
     StepTimedOut,
 )
+from plnt_common.messages import deadline_passed
 from plnt_common.resources import (
     AnalysisStatus,
     CanaryStatus,
@@ -438,7 +439,7 @@ def _timed_out(current: _Draft, event: Envelope) -> dict[str, object]:
     return {
         "status": {
             "phase": Phase.ROLLING_BACK,
-            "message": f"{data.phase} passed its {data.deadline_s:g}s deadline",
+            "message": deadline_passed(data.phase, data.deadline_s),
         }
     }
 

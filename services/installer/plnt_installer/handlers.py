@@ -22,6 +22,7 @@ from plnt_common.events import (
     InstallFailed as InstallFailedEvent,
 )
 from plnt_common.logs import get_logger
+from plnt_common.messages import SUPERSEDED, deadline_passed
 from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.releases import DesiredRelease, ReleaseRole, release_name
 from plnt_common.saga import SagaState
@@ -62,7 +63,7 @@ class InstallerHandlers:
             case EventType.STEP_TIMED_OUT:
                 timed_out: StepTimedOut = event.payload()
                 if timed_out.phase in COMPENSATED_TIMEOUTS:
-                    message = f"{timed_out.phase} passed its {timed_out.deadline_s:g}s deadline"
+                    message = deadline_passed(timed_out.phase, timed_out.deadline_s)
                     await self._compensate(event, Reason.STEP_TIMED_OUT, message)
             case EventType.RUN_READY:
                 await self._retire_old(event)
@@ -131,7 +132,7 @@ class InstallerHandlers:
                 EventType.RUN_FAILED,
                 RunFailed(
                     reason=Reason.SUPERSEDED,
-                    message="a newer generation superseded this saga",
+                    message=SUPERSEDED,
                     phase=Phase.INSTALLING,
                 ),
             )
@@ -185,7 +186,7 @@ class InstallerHandlers:
                     RunRolledBack(
                         revision=desired.revision,
                         reason=Reason.SUPERSEDED,
-                        message="a newer generation superseded this saga",
+                        message=SUPERSEDED,
                     ),
                 )
             return

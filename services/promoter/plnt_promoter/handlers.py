@@ -26,6 +26,7 @@ from plnt_common.events import (
 )
 from plnt_common.figures import FiguresSource
 from plnt_common.logs import get_logger
+from plnt_common.messages import SUPERSEDED, deadline_passed
 from plnt_common.resources import Canary
 from plnt_common.routes import RouteEntry
 from plnt_common.saga import SagaState
@@ -96,7 +97,7 @@ class PromoterHandlers:
                 if timed_out.phase in COMPENSATED_TIMEOUTS:
                     entry, _ = await self._routes.get(namespace=event.namespace, name=event.name)
                     revision = entry.canary.revision if entry and entry.canary else ""
-                    message = f"{timed_out.phase} passed its {timed_out.deadline_s:g}s deadline"
+                    message = deadline_passed(timed_out.phase, timed_out.deadline_s)
                     await self._restore(event, revision, "", Reason.STEP_TIMED_OUT, message)
             case EventType.RUN_DELETED:
                 await self._routes.remove(namespace=event.namespace, name=event.name)
@@ -314,7 +315,7 @@ class PromoterHandlers:
             canary.revision,
             canary.release,
             Reason.SUPERSEDED,
-            "a newer generation superseded this saga",
+            SUPERSEDED,
         )
 
     async def _restore(
