@@ -55,6 +55,14 @@ class EventType(StrEnum):
     """Terminal for deletion: the finalizer may be released."""
     STEP_TIMED_OUT = "step.timed_out"
     """A step passed its deadline."""
+    PROMOTE_REQUESTED = "promote.requested"
+    """An operator passed the manual gate or a step (`plnt promote`, plnt.work/promote)."""
+    ABORT_REQUESTED = "abort.requested"
+    """An operator asked to roll the in-flight canary back now (`plnt abort`)."""
+    ROLLBACK_REQUESTED = "rollback.requested"
+    """An operator asked for the kept previous revision back (`plnt rollback`)."""
+    RUN_REVERTED = "run.reverted"
+    """Terminal: traffic moved back to the kept previous revision (guard or rollback)."""
 
     @property
     def cloudevents_type(self) -> str:
@@ -66,7 +74,13 @@ class EventType(StrEnum):
 
 
 TERMINAL_EVENTS = frozenset(
-    {EventType.RUN_READY, EventType.RUN_ROLLED_BACK, EventType.RUN_FAILED, EventType.RUN_REMOVED}
+    {
+        EventType.RUN_READY,
+        EventType.RUN_ROLLED_BACK,
+        EventType.RUN_FAILED,
+        EventType.RUN_REMOVED,
+        EventType.RUN_REVERTED,
+    }
 )
 
 
@@ -197,6 +211,22 @@ class StepTimedOut(_Data):
     deadline_s: float
 
 
+class OperatorRequest(_Data):
+    """An operator's promote, abort or rollback: from `plnt` or a kubectl annotation."""
+
+    by: str = Field(
+        default="", description="Where it came from: `plnt` or the annotation and its value."
+    )
+    full: bool = Field(default=False, description="promote only: skip the remaining steps.")
+
+
+class RunReverted(_Data):
+    revision: str = Field(description="The kept previous revision, serving again.")
+    reverted_revision: str = Field(description="The promoted revision taken out of the route.")
+    reason: Reason
+    message: str = ""
+
+
 EVENT_DATA: dict[EventType, type[_Data]] = {
     EventType.RUN_REQUESTED: RunRequested,
     EventType.SPEC_PULLED: SpecPulled,
@@ -214,6 +244,10 @@ EVENT_DATA: dict[EventType, type[_Data]] = {
     EventType.RUN_DELETED: RunDeleted,
     EventType.RUN_REMOVED: RunRemoved,
     EventType.STEP_TIMED_OUT: StepTimedOut,
+    EventType.PROMOTE_REQUESTED: OperatorRequest,
+    EventType.ABORT_REQUESTED: OperatorRequest,
+    EventType.ROLLBACK_REQUESTED: OperatorRequest,
+    EventType.RUN_REVERTED: RunReverted,
 }
 
 

@@ -21,6 +21,7 @@ from plnt_common.events import (
     RouteRestored,
     RunFailed,
     RunReady,
+    RunReverted,
     RunRolledBack,
     SmokeVerdict,
     SpecPulled,
@@ -53,6 +54,10 @@ STEP_RANK: dict[EventType, int] = {
     EventType.RUN_FAILED: 9,
     EventType.RUN_DELETED: 10,
     EventType.RUN_REMOVED: 11,
+    EventType.PROMOTE_REQUESTED: 5,
+    EventType.ABORT_REQUESTED: 6,
+    EventType.ROLLBACK_REQUESTED: 8,
+    EventType.RUN_REVERTED: 9,
 }
 """Order of steps within a saga: an event ranked below what was seen is stale."""
 TERMINAL_RANK = STEP_RANK[EventType.RUN_READY]
@@ -488,6 +493,26 @@ def _rolled_back(current: _Draft, event: Envelope) -> dict[str, object]:
     }
 
 
+def _requested_by_operator(current: _Draft, event: Envelope) -> dict[str, object]:
+    """An operator's request is history: what it changes shows in the events that answer it."""
+    return {}
+
+
+def _reverted(current: _Draft, event: Envelope) -> dict[str, object]:
+    data: RunReverted = event.payload()
+    conditions = [(ConditionType.READY, True, data.reason, data.message)]
+    return {
+        "stable_revision": data.revision,
+        "status": {
+            "phase": Phase.REVERTED,
+            "revision": data.revision,
+            "canary": _NO_CANARY,
+            "conditions": conditions,
+            "message": f"reverted {data.reverted_revision} to {data.revision}: {data.message}",
+        },
+    }
+
+
 def _failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RunFailed = event.payload()
     conditions = [(ConditionType.READY, bool(current.stable_revision), data.reason, data.message)]
@@ -529,4 +554,8 @@ _STEP_UPDATES = {
     EventType.RUN_FAILED: _failed,
     EventType.RUN_DELETED: _deleted,
     EventType.RUN_REMOVED: _removed,
+    EventType.PROMOTE_REQUESTED: _requested_by_operator,
+    EventType.ABORT_REQUESTED: _requested_by_operator,
+    EventType.ROLLBACK_REQUESTED: _requested_by_operator,
+    EventType.RUN_REVERTED: _reverted,
 }

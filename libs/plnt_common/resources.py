@@ -134,6 +134,13 @@ def duration_seconds(text: str) -> float:
     return float(match["number"]) * DURATION_UNITS_S[match["unit"]]
 
 
+def _check_duration(value: str, *, low_s: float, high_s: float, bounds: str) -> str:
+    seconds = duration_seconds(value)
+    if not low_s <= seconds <= high_s:
+        raise ValueError(f"must be between {bounds}, got {value!r}")
+    return value
+
+
 class Analysis(_Model):
     """Budgets each canary step's live calls must meet, judged beside the stable's."""
 
@@ -168,6 +175,11 @@ class Canary(_Model):
         default=None, alias="stepInterval", description=f"Default {DEFAULT_STEP_INTERVAL}."
     )
     analysis: Analysis = Field(default_factory=Analysis)
+    manual_gate: bool = Field(
+        default=False,
+        alias="manualGate",
+        description="After the last step, wait in phase Paused until `plnt promote`.",
+    )
 
     @field_validator("steps")
     @classmethod
@@ -183,10 +195,9 @@ class Canary(_Model):
     def _interval_is_a_duration(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        seconds = duration_seconds(value)
-        if not MIN_STEP_INTERVAL_S <= seconds <= MAX_STEP_INTERVAL_S:
-            raise ValueError(f"must be between 100ms and 24h, got {value!r}")
-        return value
+        return _check_duration(
+            value, low_s=MIN_STEP_INTERVAL_S, high_s=MAX_STEP_INTERVAL_S, bounds="100ms and 24h"
+        )
 
     @property
     def step_interval_s(self) -> float:
@@ -210,6 +221,52 @@ class SmokeTest(_Model):
         return check_unique_names(cases)
 
 
+MAX_KEEP_PREVIOUS_S = 7 * 86_400.0
+DEFAULT_GUARD_WINDOW = "5m"
+
+
+class Guard(_Model):
+    """Budgets the promoted revision's live calls must meet for ``window`` after promotion."""
+
+    window: str = Field(
+        default=DEFAULT_GUARD_WINDOW,
+        description="How long after promotion the new revision is judged (100ms..24h).",
+    )
+    max_error_percent: float = Field(default=2, ge=0, le=100, alias="maxErrorPercent")
+    max_p95_ms: float | None = Field(default=None, gt=0, le=600_000, alias="maxP95Ms")
+
+    @field_validator("window")
+    @classmethod
+    def _window_is_a_duration(cls, value: str) -> str:
+        return _check_duration(
+            value, low_s=MIN_STEP_INTERVAL_S, high_s=MAX_STEP_INTERVAL_S, bounds="100ms and 24h"
+        )
+
+    @property
+    def window_s(self) -> float:
+        return duration_seconds(self.window)
+
+
+class Rollback(_Model):
+    keep_previous_for: str | None = Field(
+        default=None,
+        alias="keepPreviousFor",
+        description="The previous revision stays installed at 0 % this long after promotion.",
+    )
+
+    @field_validator("keep_previous_for")
+    @classmethod
+    def _keep_is_a_duration(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        return _check_duration(value, low_s=1.0, high_s=MAX_KEEP_PREVIOUS_S, bounds="1s and 7d")
+
+    @property
+    def keep_previous_s(self) -> float:
+        """0 when the previous revision is retired at promotion."""
+        return duration_seconds(self.keep_previous_for) if self.keep_previous_for else 0.0
+
+
 class WorkflowRunSpec(_Model):
     workflow: WorkflowRef
     backend: BackendSelection
@@ -217,6 +274,17 @@ class WorkflowRunSpec(_Model):
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     canary: Canary = Field(default_factory=Canary)
     smoke_test: SmokeTest = Field(default_factory=SmokeTest, alias="smokeTest")
+    guard: Guard | None = None
+    rollback: Rollback = Field(default_factory=Rollback)
+
+    @model_validator(mode="after")
+    def _guard_has_a_revision_to_revert_to(self) -> "WorkflowRunSpec":
+        if self.guard is not None and self.rollback.keep_previous_s < self.guard.window_s:
+            raise ValueError(
+                f"guard.window ({self.guard.window}) needs rollback.keepPreviousFor of at least"
+                " as long: the guard reverts to the kept previous revision"
+            )
+        return self
 
 
 class Condition(_Model):

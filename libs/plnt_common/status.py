@@ -16,6 +16,8 @@ class Phase(StrEnum):
     """The smoke service tests the canary against its budgets."""
     PROGRESSING = "Progressing"
     """Stepped canary: each weight of spec.canary.steps is held while live calls are judged."""
+    PAUSED = "Paused"
+    """Manual gate: every step passed; the canary waits for `plnt promote` (or an abort)."""
     PROMOTING = "Promoting"
     """The promoter moves all traffic to the canary."""
     READY = "Ready"
@@ -26,6 +28,8 @@ class Phase(StrEnum):
     """The canary is gone; the previous revision serves."""
     FAILED = "Failed"
     """The saga stopped; nothing was left to compensate."""
+    REVERTED = "Reverted"
+    """Traffic went back to the kept previous revision (the guard or `plnt rollback`)."""
     DELETING = "Deleting"
     """Routes and releases are being removed before the resource goes away."""
 
@@ -34,7 +38,7 @@ class Phase(StrEnum):
         return self in TERMINAL_PHASES
 
 
-TERMINAL_PHASES = frozenset({Phase.READY, Phase.ROLLED_BACK, Phase.FAILED})
+TERMINAL_PHASES = frozenset({Phase.READY, Phase.ROLLED_BACK, Phase.FAILED, Phase.REVERTED})
 
 
 class ConditionType(StrEnum):
@@ -71,6 +75,12 @@ class Reason(StrEnum):
     STEP_TIMED_OUT = "StepTimedOut"
     DELIVERY_EXHAUSTED = "DeliveryExhausted"
     DELETED = "Deleted"
+    ABORTED = "Aborted"
+    """An operator aborted the in-flight canary (`plnt abort`, annotation plnt.work/abort)."""
+    ROLLBACK_REQUESTED = "RollbackRequested"
+    """An operator moved traffic back to the previous revision (`plnt rollback`)."""
+    GUARD_FAILED = "GuardFailed"
+    """The promoted revision broke a guard budget; traffic went back to the previous one."""
 
 
 class ServingReason(StrEnum):

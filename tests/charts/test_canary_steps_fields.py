@@ -79,7 +79,7 @@ BAD = [
     ({"analysis": {"maxTokensPerInvocation": -5}}, "spec.canary.analysis.maxTokensPerInvocation"),
     ({"analysis": {"maxCostPerInvocationUsd": 0}}, "spec.canary.analysis.maxCostPerInvocationUsd"),
     ({"analysis": {"window": "1m"}}, "spec.canary.analysis.window: Extra inputs are not permitted"),
-    ({"manualGate": True}, "spec.canary.manualGate: Extra inputs are not permitted"),
+    ({"manualGate": "soon"}, "spec.canary.manualGate: Input should be a valid boolean"),
 ]
 
 
@@ -110,3 +110,89 @@ def test_bad_canary_fields_are_refused_in_one_line_naming_the_field(
 )
 def test_the_crd_refuses_what_the_model_refuses(canary: dict[str, Any]) -> None:
     assert admission_errors("WorkflowRun", run_with(canary))
+
+
+def run_with_spec(**fields: Any) -> dict[str, Any]:
+    run = run_with({})
+    run["spec"].update(fields)
+    return run
+
+
+def test_guard_and_rollback_are_optional_and_read_as_seconds() -> None:
+    bare = parse_resource(run_with({}))
+    assert isinstance(bare, WorkflowRun)
+    assert bare.spec.guard is None
+    assert bare.spec.rollback.keep_previous_s == 0
+    assert bare.spec.canary.manual_gate is False
+    run = parse_resource(
+        run_with_spec(
+            guard={"window": "30s", "maxErrorPercent": 5, "maxP95Ms": 900},
+            rollback={"keepPreviousFor": "10m"},
+        )
+    )
+    assert isinstance(run, WorkflowRun)
+    assert run.spec.guard is not None
+    assert run.spec.guard.window_s == 30
+    assert run.spec.rollback.keep_previous_s == 600
+
+
+BAD_SPEC: list[tuple[dict[str, Any], str]] = [
+    ({"guard": {"window": "5"}}, "spec.guard.window: must be a duration like 500ms, 30s or 5m"),
+    ({"guard": {"window": "25h"}}, "spec.guard.window: must be between 100ms and 24h"),
+    ({"guard": {"maxErrorPercent": 101}}, "spec.guard.maxErrorPercent: Input should"),
+    ({"guard": {"maxP95Ms": 0}}, "spec.guard.maxP95Ms: Input should"),
+    ({"guard": {"budget": 1}}, "spec.guard.budget: Extra inputs are not permitted"),
+    (
+        {"rollback": {"keepPreviousFor": "ten minutes"}},
+        "spec.rollback.keepPreviousFor: must be a duration like 500ms, 30s or 5m",
+    ),
+    ({"rollback": {"keepPreviousFor": "8d"}}, "spec.rollback.keepPreviousFor: must be a duration"),
+    ({"rollback": {"keepPreviousFor": "500ms"}}, "spec.rollback.keepPreviousFor: must be between"),
+    (
+        {"guard": {"window": "5m"}},
+        "spec: guard.window (5m) needs rollback.keepPreviousFor of at least as long",
+    ),
+    (
+        {"guard": {"window": "5m"}, "rollback": {"keepPreviousFor": "1m"}},
+        "spec: guard.window (5m) needs rollback.keepPreviousFor of at least as long",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "message"), BAD_SPEC, ids=[m for _, m in BAD_SPEC])
+def test_bad_guard_and_rollback_fields_are_refused_naming_the_field(
+    fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SpecInvalid) as refused:
+        parse_resource(run_with_spec(**fields))
+    text = str(refused.value)
+    assert "\n" not in text
+    assert text.startswith(f"WorkflowRun 'wf': {message}"), text
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"guard": {"window": "5"}},
+        {"guard": {"maxErrorPercent": 101}},
+        {"guard": {"maxP95Ms": 0}},
+        {"rollback": {"keepPreviousFor": "ten minutes"}},
+        {"canary": {"manualGate": "soon"}},
+        {"guard": {"window": "5m"}},
+        {"guard": {"window": "5m"}, "rollback": {"keepPreviousFor": "1m"}},
+        {"guard": {}, "rollback": {"keepPreviousFor": "4m"}},
+    ],
+    ids=str,
+)
+def test_the_crd_refuses_the_bad_new_fields_too(fields: dict[str, Any]) -> None:
+    assert admission_errors("WorkflowRun", run_with_spec(**fields))
+
+
+def test_the_crd_admits_a_guard_with_a_long_enough_keep() -> None:
+    for fields in (
+        {"guard": {"window": "90s"}, "rollback": {"keepPreviousFor": "1.5m"}},
+        {"guard": {}, "rollback": {"keepPreviousFor": "5m"}},
+    ):
+        run = run_with_spec(**fields)
+        parse_resource(run)
+        assert admission_errors("WorkflowRun", run) == [], fields

@@ -30,6 +30,12 @@ STEPS_ASCEND = (
     + ")"
 )
 
+GUARD_NEEDS_KEEP = (
+    "!has(self.guard) || (has(self.rollback) && has(self.rollback.keepPreviousFor)"
+    " && duration(self.rollback.keepPreviousFor)"
+    " >= duration(has(self.guard.window) ? self.guard.window : '5m'))"
+)
+
 
 def _named(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {}}
@@ -109,6 +115,22 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
             {"steps": list(range(1, 11))},
         ],
         [{"steps": [25, 10]}, {"steps": [10, 10]}, {"steps": [*range(1, 10), 5]}],
+    ),
+    GUARD_NEEDS_KEEP: (
+        [
+            {},
+            {"rollback": {"keepPreviousFor": "1m"}},
+            {"guard": {"window": "30s"}, "rollback": {"keepPreviousFor": "30s"}},
+            {"guard": {"window": "90s"}, "rollback": {"keepPreviousFor": "1.5m"}},
+            {"guard": {}, "rollback": {"keepPreviousFor": "10m"}},
+        ],
+        [
+            {"guard": {}},
+            {"guard": {"window": "30s"}, "rollback": {}},
+            {"guard": {"window": "10m"}, "rollback": {"keepPreviousFor": "9m"}},
+            {"guard": {}, "rollback": {"keepPreviousFor": "4m"}},
+            {"guard": {"window": "500ms"}, "rollback": {"keepPreviousFor": "400ms"}},
+        ],
     ),
     THRESHOLD_NEEDS_REFERENCE: (
         [{"similarTo": "x", "minSimilarity": 0.5}, {"similarTo": "x"}, {"contains": ["x"]}],

@@ -273,7 +273,12 @@ def test_defaults_match_what_the_model_fills_in() -> None:
     defaulted = apply_defaults(crd_schema("WorkflowRun"), run)
     model = parse_resource(run).spec
     assert defaulted["spec"]["replicas"] == {"min": model.replicas.min, "max": model.replicas.max}
-    assert defaulted["spec"]["canary"] == {"trafficPercent": model.canary.traffic_percent}
+    assert defaulted["spec"]["canary"] == {
+        "trafficPercent": model.canary.traffic_percent,
+        "manualGate": model.canary.manual_gate,
+    }
+    assert defaulted["spec"]["rollback"] == {}
+    assert model.rollback.keep_previous_for is None
     assert defaulted["spec"]["smokeTest"] == {
         "invocations": model.smoke_test.invocations,
         "p95BudgetMs": model.smoke_test.p95_budget_ms,

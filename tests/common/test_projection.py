@@ -13,12 +13,14 @@ from plnt_common.events import (
     Envelope,
     EventType,
     InstallFailed,
+    OperatorRequest,
     RouteRestored,
     RunDeleted,
     RunFailed,
     RunReady,
     RunRemoved,
     RunRequested,
+    RunReverted,
     RunRolledBack,
     RunSnapshot,
     SmokeFigures,
@@ -296,6 +298,12 @@ def random_data(
         EventType.RUN_FAILED: lambda: RunFailed(reason=reason, message="broken"),
         EventType.RUN_DELETED: RunDeleted,
         EventType.RUN_REMOVED: RunRemoved,
+        EventType.PROMOTE_REQUESTED: lambda: OperatorRequest(by="plnt", full=rng.random() < 0.5),
+        EventType.ABORT_REQUESTED: lambda: OperatorRequest(by="plnt"),
+        EventType.ROLLBACK_REQUESTED: lambda: OperatorRequest(by="plnt.work/rollback=now"),
+        EventType.RUN_REVERTED: lambda: RunReverted(
+            revision=stable, reverted_revision=revision, reason=Reason.ROLLBACK_REQUESTED
+        ),
     }
     return payloads[kind]()
 
