@@ -5,7 +5,8 @@ import asyncio
 import pytest
 from prometheus_client import REGISTRY
 
-from plnt_runner.admission import Admission, Saturated
+from plnt_common.admission import Saturated
+from plnt_runner.admission import Admission
 from plnt_runner.cache import StepCache
 
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from plnt_common import event_loop
+from plnt_common.admission import InFlightLimiter
 from plnt_common.bus import connect
 from plnt_common.logs import configure_logging, get_logger
 from plnt_router.adapters.figures_publisher import FiguresPublisher
@@ -21,7 +22,6 @@ from plnt_router.adapters.route_watch import RouteWatcher
 from plnt_router.adapters.upstream import RunnerClient
 from plnt_router.chat import ChatHandlers
 from plnt_router.handlers import Handlers
-from plnt_router.limiter import InFlightLimiter
 from plnt_router.metrics import InvocationMetrics, set_queue_depth
 from plnt_router.pipeline import CallPipeline
 from plnt_router.responses import json_http_errors

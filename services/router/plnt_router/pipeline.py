@@ -18,13 +18,13 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
+from plnt_common.admission import InFlightLimiter, Saturated
 from plnt_common.logs import get_logger
 from plnt_common.names import MAX_RUN_NAME
 from plnt_common.routes import RouteTarget, route_key
 from plnt_router.adapters.upstream import RunnerClient, UpstreamReply
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
 from plnt_router.json_body import JsonRejected, load_object
-from plnt_router.limiter import InFlightLimiter, QueueFull
 from plnt_router.logic import fallback_target
 from plnt_router.metrics import InvocationMetrics
 from plnt_router.responses import (
@@ -255,12 +255,12 @@ class CallPipeline:
     async def _acquire_slot(self) -> None:
         try:
             await self._limiter.acquire()
-        except QueueFull:
+        except Saturated:
             raise reject(
                 429,
                 "over_limit",
                 f"the router is at its limit ({self._limiter.in_flight} calls in flight, "
-                f"{self._limiter.queued} queued); retry later",
+                f"{self._limiter.waiting} queued); retry later",
                 headers=self._retry_after,
             ) from None
 

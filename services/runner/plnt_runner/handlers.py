@@ -12,8 +12,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from plnt_common.admission import Saturated
 from plnt_common.logs import get_logger
-from plnt_runner.admission import Saturated
 from plnt_runner.errors import StepFailed
 from plnt_runner.executor import Event, Executor, Invocation, StepFinished
 from plnt_runner.response import (

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from plnt_router.limiter import InFlightLimiter, QueueFull
+from plnt_common.admission import InFlightLimiter, Saturated
 
 
 async def test_limiter_queues_in_order_and_refuses_beyond_the_queue() -> None:
@@ -20,8 +20,8 @@ async def test_limiter_queues_in_order_and_refuses_beyond_the_queue() -> None:
     first = asyncio.create_task(wait("first"))
     second = asyncio.create_task(wait("second"))
     await asyncio.sleep(0)
-    assert limiter.queued == 2
-    with pytest.raises(QueueFull):
+    assert limiter.waiting == 2
+    with pytest.raises(Saturated):
         await limiter.acquire()
 
     limiter.release()
@@ -33,7 +33,7 @@ async def test_limiter_queues_in_order_and_refuses_beyond_the_queue() -> None:
     limiter.release()
     assert order == ["first", "second"]
     assert limiter.in_flight == 0
-    assert limiter.queued == 0
+    assert limiter.waiting == 0
     assert depths[-1] == 0
     assert max(depths) == 2
 
@@ -48,7 +48,7 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_loses_no_slot() -> None:
     limiter.release()
     with pytest.raises(asyncio.CancelledError):
         await waiter
-    assert limiter.queued == 0
+    assert limiter.waiting == 0
     assert limiter.in_flight == 0
     await asyncio.wait_for(limiter.acquire(), timeout=1)
     assert limiter.in_flight == 1
