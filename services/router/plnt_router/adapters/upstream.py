@@ -10,11 +10,12 @@ Why not aiohttp's ``ClientSession``: profiling the router at saturation showed t
 side of each call (request object, auto headers, payload wrapper, tracing hooks, timer
 context) costing about as much CPU as the whole server side. A runner call needs none of
 that: one POST with a handful of known headers on a kept-alive connection. So each
-connection is an ``asyncio.Protocol`` that writes the request in one ``write`` and parses
-the answer itself (Content-Length, chunked, or until close). What aiohttp's client did
-for the router and this module keeps: a bounded pool with LIFO reuse and an idle
-keep-alive limit, connect errors told apart from mid-call failures, a whole-answer
-timeout for JSON and a between-chunks timeout for streams, and read back-pressure.
+connection is a ``runner_connection.RunnerConnection`` that writes the request in one
+``write`` and leaves the framing of the answer (Content-Length, chunked, or until close)
+to llhttp. What aiohttp's client did for the router and this module keeps: a bounded pool
+with LIFO reuse and an idle keep-alive limit, connect errors told apart from mid-call
+failures, a whole-answer timeout for JSON and a between-chunks timeout for streams, and
+read back-pressure.
 """
 
 import asyncio
@@ -22,19 +23,14 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from typing import cast
 from urllib.parse import urlsplit
 
+from plnt_router.adapters.runner_connection import RunnerConnection
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
 
 # Below the runners' (aiohttp's default 75 s) server-side keep-alive, so the router drops an
 # idle connection before the runner does and never writes a request into a closing socket.
 KEEPALIVE_S = 30.0
-MAX_HEAD_BYTES = 64 * 1024
-"""Largest status line plus headers accepted from a runner."""
-HIGH_WATER_BYTES = 256 * 1024
-"""A streamed body buffered beyond this pauses reading from the runner until consumed."""
-NO_BODY_STATUSES = frozenset({204, 304})
 
 
 class _Endpoint:
@@ -55,312 +51,13 @@ class _Endpoint:
         self.request_prefix = f"POST {self.path} HTTP/1.1\r\nHost: {host}:{self.port}\r\n".encode()
 
 
-class _Connection(asyncio.Protocol):
-    """One kept-alive connection to a runner, carrying one exchange at a time.
-
-    The parser fills ``_pieces`` with body bytes as they arrive and resolves ``_waiter``
-    whenever there is something new (the head, a piece, the end, or an error).
-    """
-
-    def __init__(self, client: "RunnerClient", key: tuple[str, str, int]) -> None:
-        self._client = client
-        self.key = key
-        self.transport: asyncio.Transport | None = None
-        self.idle_since = 0.0
-        self._buffer = bytearray()
-        self._waiter: asyncio.Future[None] | None = None
-        self._loop = asyncio.get_running_loop()
-        self.deadline = 0.0
-        """Loop time by which the exchange must be complete; 0 when unbounded (see ``sweep``)."""
-        self._active = False
-        self._reset()
-
-    def _reset(self) -> None:
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self.head_done = False
-        self.done = False
-        self.keep_alive = True
-        self.error: BaseException | None = None
-        self._pieces: deque[bytes] = deque()
-        self._buffered = 0
-        self._remaining = 0  # Content-Length left, or bytes left in the current chunk
-        self._framing = ""  # "length", "chunked", "eof"
-        self._chunk_state = "size"  # "size", "data", "crlf", "trailer"
-        self._paused = False
-
-    # -- asyncio.Protocol ------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # a stream transport (uvloop's does not subclass asyncio.Transport: no isinstance)
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        if not self._active:
-            # Bytes nobody asked for: the connection's framing cannot be trusted any more.
-            self.abort()
-            return
-        self._buffer += data
-        try:
-            self._parse()
-        except ValueError as exc:
-            self._fail(ConnectionError(f"invalid HTTP answer: {exc}"))
-            self.abort()
-            return
-        self._wake()
-
-    def eof_received(self) -> bool | None:
-        return None  # close the transport; connection_lost finishes the exchange
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        if self._active and not self.done:
-            if self.head_done and self._framing == "eof":
-                self._finish()
-            else:
-                self._fail(exc or ConnectionResetError("the runner closed the connection"))
-        self._wake()
-        self._client._connection_closed(self)
-
-    # -- exchange ----------------------------------------------------------------------------
-
-    def send(self, request: bytes, *, timeout_s: float | None) -> None:
-        """Write one request; ``timeout_s`` bounds the whole exchange (None: no bound)."""
-        assert self.transport is not None
-        self._reset()
-        self._buffer.clear()
-        self._active = True
-        if timeout_s is not None:
-            self.deadline = self._loop.time() + timeout_s
-        self.transport.write(request)
-
-    async def wait_head(self, *, timeout_s: float | None) -> None:
-        """Until the status line and headers are in. Raises the exchange's error."""
-        while not self.head_done:
-            if self.error is not None:
-                raise self.error
-            if timeout_s is None:  # the common case, without a helper coroutine per call
-                self._waiter = waiter = self._loop.create_future()
-                try:
-                    await waiter
-                finally:
-                    self._waiter = None
-            else:
-                await self._wait(timeout_s)
-
-    def take_whole_body(self) -> bytes | None:
-        """The whole body at once if it has fully arrived (no await needed), else None."""
-        if not self.done or self.error is not None:
-            return None
-        pieces = self._pieces
-        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        pieces.clear()
-        self._buffered = 0
-        if self._paused and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
-        return body
-
-    async def next_piece(self, *, timeout_s: float | None) -> bytes | None:
-        """The next body bytes, or None at the end. Raises the exchange's error."""
-        while True:
-            if self._pieces:
-                piece = self._pieces.popleft()
-                self._buffered -= len(piece)
-                if self._paused and self._buffered < HIGH_WATER_BYTES and self.transport:
-                    self._paused = False
-                    self.transport.resume_reading()
-                return piece
-            if self.error is not None:
-                raise self.error
-            if self.done:
-                return None
-            await self._wait(timeout_s)
-
-    def reusable(self) -> bool:
-        """Complete, kept alive, nothing buffered past the answer, reading not paused."""
-        return (
-            self.done
-            and self.keep_alive
-            and self.error is None
-            and not self._buffer
-            and not self._paused
-            and self.transport is not None
-        )
-
-    def release(self) -> None:
-        """End the exchange: back to the pool when complete, else the connection is dropped."""
-        self._clear_deadline()
-        reuse = self.reusable()
-        self._active = False
-        if reuse:
-            self._client._give_back(self)
-        else:
-            self.abort()
-
-    def abort(self) -> None:
-        """Drop the connection now; it stops counting against the pool at once."""
-        self._clear_deadline()
-        if self.transport is not None:
-            self.transport.abort()
-        self._client._connection_closed(self)
-
-    # -- internals -----------------------------------------------------------------------
-
-    async def _wait(self, timeout_s: float | None) -> None:
-        self._waiter = self._loop.create_future()
-        try:
-            if timeout_s is None:
-                await self._waiter
-            else:
-                async with asyncio.timeout(timeout_s):
-                    await self._waiter
-        finally:
-            self._waiter = None
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def sweep(self, now: float) -> None:
-        """Fail the exchange if its deadline has passed (called by the client's sweeper)."""
-        if self.deadline and now >= self.deadline:
-            self._timed_out()
-
-    def _timed_out(self) -> None:
-        self.deadline = 0.0
-        if self._active and not self.done:
-            self._fail(TimeoutError())
-            self._wake()
-            if self.transport is not None:
-                self.transport.abort()
-
-    def _clear_deadline(self) -> None:
-        self.deadline = 0.0
-
-    def _fail(self, exc: BaseException) -> None:
-        if self.error is None:
-            self.error = exc
-        self.keep_alive = False
-
-    def _finish(self) -> None:
-        self.done = True
-        self._clear_deadline()
-        if self._buffer:  # bytes past the end of the answer: do not reuse
-            self.keep_alive = False
-
-    def _push(self, data: bytes) -> None:
-        if data:
-            self._pieces.append(data)
-            self._buffered += len(data)
-            if self._buffered > HIGH_WATER_BYTES and not self._paused and self.transport:
-                self._paused = True
-                self.transport.pause_reading()
-
-    def _parse(self) -> None:
-        if not self.head_done and not self._parse_head():
-            return
-        if self.done:
-            return
-        if self._framing == "length":
-            take = min(self._remaining, len(self._buffer))
-            self._push(bytes(self._buffer[:take]))
-            del self._buffer[:take]
-            self._remaining -= take
-            if self._remaining == 0:
-                self._finish()
-        elif self._framing == "chunked":
-            self._parse_chunks()
-        else:  # until the runner closes the connection
-            self._push(bytes(self._buffer))
-            self._buffer.clear()
-
-    def _parse_head(self) -> bool:
-        while True:
-            end = self._buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self._buffer) > MAX_HEAD_BYTES:
-                    raise ValueError("headers too large")
-                return False
-            lines = bytes(self._buffer[:end]).decode("latin-1").split("\r\n")
-            del self._buffer[: end + 4]
-            version, _, rest = lines[0].partition(" ")
-            if not version.startswith("HTTP/1."):
-                raise ValueError(f"bad status line {lines[0][:80]!r}")
-            status = int(rest[:3])
-            if 100 <= status < 200:
-                continue  # an interim answer (103 Early Hints): the real one follows
-            headers: dict[str, str] = {}
-            for line in lines[1:]:
-                name, sep, value = line.partition(":")
-                if not sep:
-                    raise ValueError(f"bad header line {line[:80]!r}")
-                headers[name.strip().lower()] = value.strip()
-            self.status, self.headers, self.head_done = status, headers, True
-            connection = headers.get("connection", "").lower()
-            self.keep_alive = (
-                "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
-            )
-            if status in NO_BODY_STATUSES:
-                self._finish()
-            elif "chunked" in headers.get("transfer-encoding", "").lower():
-                self._framing = "chunked"
-            elif "content-length" in headers:
-                self._framing = "length"
-                self._remaining = int(headers["content-length"])
-                if self._remaining < 0:
-                    raise ValueError("negative Content-Length")
-                if self._remaining == 0:
-                    self._finish()
-            else:
-                self._framing = "eof"
-                self.keep_alive = False
-            return True
-
-    def _parse_chunks(self) -> None:
-        buffer = self._buffer
-        while buffer and not self.done:
-            if self._chunk_state == "size":
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    if len(buffer) > 1024:
-                        raise ValueError("chunk size line too long")
-                    return
-                size = int(bytes(buffer[:end]).split(b";", 1)[0].strip(), 16)
-                del buffer[: end + 2]
-                self._remaining = size
-                self._chunk_state = "data" if size else "trailer"
-            elif self._chunk_state == "data":
-                take = min(self._remaining, len(buffer))
-                self._push(bytes(buffer[:take]))
-                del buffer[:take]
-                self._remaining -= take
-                if self._remaining == 0:
-                    self._chunk_state = "crlf"
-            elif self._chunk_state == "crlf":
-                if len(buffer) < 2:
-                    return
-                if buffer[:2] != b"\r\n":
-                    raise ValueError("chunk not followed by CRLF")
-                del buffer[:2]
-                self._chunk_state = "size"
-            else:  # trailer section: lines until an empty one
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    return
-                del buffer[: end + 2]
-                if end == 0:
-                    self._finish()
-
-
 class UpstreamReply:
     """A runner's answer whose status and headers have arrived; ``close`` it when done."""
 
     __slots__ = ("_conn", "_headers", "_read_timeout_s", "_timeout_s", "_url", "status")
 
     def __init__(
-        self, *, conn: _Connection, url: str, timeout_s: float, read_timeout_s: float | None
+        self, *, conn: RunnerConnection, url: str, timeout_s: float, read_timeout_s: float | None
     ) -> None:
         self._conn = conn
         self._url = url
@@ -432,8 +129,8 @@ class RunnerClient:
         self._max_connections = max_connections
         self._timeout_s = timeout_s
         self._endpoints: dict[str, _Endpoint] = {}
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
-        self._connections: set[_Connection] = set()
+        self._idle: dict[tuple[str, str, int], list[RunnerConnection]] = {}
+        self._connections: set[RunnerConnection] = set()
         self._opening = 0
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
         self._ssl: ssl.SSLContext | None = None
@@ -517,7 +214,7 @@ class RunnerClient:
 
     # -- the pool ------------------------------------------------------------------------
 
-    async def _acquire(self, endpoint: _Endpoint, *, url: str) -> _Connection:
+    async def _acquire(self, endpoint: _Endpoint, *, url: str) -> RunnerConnection:
         """A kept-alive connection to ``endpoint``, or a new one. Raises ``UpstreamUnavailable``
         (``before_send``) when it cannot connect, ``UpstreamTimeout`` when connecting is slow."""
         idle = self._idle.get(endpoint.key)
@@ -545,7 +242,7 @@ class RunnerClient:
                         return conn
         return await self._connect(endpoint, url=url)
 
-    async def _connect(self, endpoint: _Endpoint, *, url: str) -> _Connection:
+    async def _connect(self, endpoint: _Endpoint, *, url: str) -> RunnerConnection:
         loop = asyncio.get_running_loop()
         context = None
         if endpoint.tls:
@@ -556,7 +253,7 @@ class RunnerClient:
         try:
             async with asyncio.timeout(self._timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self, endpoint.key),
+                    lambda: RunnerConnection(self, endpoint.key),
                     endpoint.host,
                     endpoint.port,
                     ssl=context,
@@ -575,7 +272,8 @@ class RunnerClient:
         self._connections.add(conn)
         return conn
 
-    def _give_back(self, conn: _Connection) -> None:
+    def give_back(self, conn: RunnerConnection) -> None:
+        """Park a connection whose exchange ended cleanly (called by the connection)."""
         conn.idle_since = time.monotonic()
         self._idle.setdefault(conn.key, []).append(conn)
         self._wake_slot_waiter()
@@ -589,7 +287,8 @@ class RunnerClient:
                     return True
         return False
 
-    def _connection_closed(self, conn: _Connection) -> None:
+    def connection_closed(self, conn: RunnerConnection) -> None:
+        """Forget a dropped connection and free its slot (called by the connection)."""
         self._connections.discard(conn)
         idle = self._idle.get(conn.key)
         if idle and conn in idle:
