@@ -1,11 +1,12 @@
-"""Installer wiring: bus, release backends, one durable consumer, the Helm observer."""
+"""Installer wiring: bus, release backends, its FastStream app, the Helm observer."""
 
 import asyncio
 from collections.abc import Callable
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
+from plnt_common.bus.consumer import ConsumerSpec
+from plnt_common.bus.service_app import service_app
 from plnt_common.events import EventType
 from plnt_common.kube import PlntBackendReader, api_client
 from plnt_common.resource_store import ResourceStore
@@ -30,6 +31,13 @@ CONSUMES = (
     EventType.STEP_TIMED_OUT,
     EventType.RUN_READY,
     EventType.RUN_DELETED,
+)
+EMITS = (
+    EventType.CANARY_INSTALLED,
+    EventType.INSTALL_FAILED,
+    EventType.RUN_FAILED,
+    EventType.RUN_ROLLED_BACK,
+    EventType.RUN_REMOVED,
 )
 
 
@@ -67,6 +75,16 @@ def default_backends(bus: Bus, settings: InstallerSettings) -> dict[str, Release
     }
 
 
+def consumer_spec(settings: InstallerSettings) -> ConsumerSpec:
+    return ConsumerSpec(
+        service=SERVICE,
+        filters=tuple(subjects.event_filter(t) for t in CONSUMES),
+        concurrency=settings.concurrency,
+        # an install waits for readiness; heartbeats keep it, this bounds a dead replica
+        ack_wait_s=30.0,
+    )
+
+
 async def run(
     settings: InstallerSettings,
     stop: asyncio.Event,
@@ -75,13 +93,6 @@ async def run(
 ) -> None:
     """Consume until ``stop``; ``backends_factory`` lets a benchmark bring its own backend."""
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
-    spec = ConsumerSpec(
-        service=SERVICE,
-        filters=tuple(subjects.event_filter(t) for t in CONSUMES),
-        concurrency=settings.concurrency,
-        # an install waits for readiness; heartbeats keep it, this bounds a dead replica
-        ack_wait_s=30.0,
-    )
     try:
         # inside the try: a backend that cannot be built (no Kubernetes credentials)
         # still lets the connection drain
@@ -98,7 +109,8 @@ async def run(
         )
         observing = asyncio.create_task(observer.run(stop))
         try:
-            await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
+            app = service_app(bus, consumer_spec(settings), emits=EMITS, handlers=handlers)
+            await app.run(stop)
         finally:
             observing.cancel()
             await asyncio.gather(observing, return_exceptions=True)

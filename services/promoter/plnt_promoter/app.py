@@ -1,10 +1,11 @@
-"""Promoter wiring: bus, route table, live figures, one durable consumer, the route follower."""
+"""Promoter wiring: bus, route table, live figures, its FastStream app, the route follower."""
 
 import asyncio
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
+from plnt_common.bus.consumer import ConsumerSpec
+from plnt_common.bus.service_app import service_app
 from plnt_common.events import EventType
 from plnt_common.runtime import run_service
 from plnt_promoter.adapters.figures_source import open_figures
@@ -23,6 +24,23 @@ CONSUMES = (
     EventType.STEP_TIMED_OUT,
     EventType.RUN_DELETED,
 )
+EMITS = (
+    EventType.CANARY_STEPPED,
+    EventType.ANALYSIS_PASSED,
+    EventType.ANALYSIS_FAILED,
+    EventType.RUN_READY,
+    EventType.ROUTE_RESTORED,
+)
+
+
+def consumer_spec(settings: PromoterSettings) -> ConsumerSpec:
+    return ConsumerSpec(
+        service=SERVICE,
+        filters=tuple(subjects.event_filter(t) for t in CONSUMES),
+        concurrency=settings.concurrency,
+        # a run's route changes apply in stream order (a deletion after a routing)
+        ordered_by_run=True,
+    )
 
 
 async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
@@ -33,16 +51,10 @@ async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
         bus=bus, routes=routes, public_url=settings.router_public_url, figures=figures
     )
     follower = RouteFollower(bus=bus, routes=routes, resync_s=settings.follow_resync_s)
-    spec = ConsumerSpec(
-        service=SERVICE,
-        filters=tuple(subjects.event_filter(t) for t in CONSUMES),
-        concurrency=settings.concurrency,
-        # a run's route changes apply in stream order (a deletion after a routing)
-        ordered_by_run=True,
-    )
     following = asyncio.create_task(follower.run(stop))
     try:
-        await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
+        app = service_app(bus, consumer_spec(settings), emits=EMITS, handlers=handlers)
+        await app.run(stop)
     finally:
         following.cancel()
         await asyncio.gather(following, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""Wiring of the puller process: bus, adapters, the durable consumer, start and stop.
+"""Wiring of the puller process: bus, adapters, its FastStream app, start and stop.
 
 ``run`` consumes until ``stop`` is set (tests run it as a task); ``main`` is what
 ``plnt serve puller`` and ``python -m plnt_puller`` call. No pull logic lives here.
@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
+from plnt_common.bus.consumer import ConsumerSpec
+from plnt_common.bus.service_app import service_app
 from plnt_common.events import EventType
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
@@ -24,6 +25,8 @@ from plnt_puller.ports import BackendCatalog, Registry
 from plnt_puller.settings import PullerSettings
 
 SERVICE = "puller"
+CONSUMES = (EventType.RUN_REQUESTED,)
+EMITS = (EventType.SPEC_PULLED, EventType.RUN_FAILED)
 
 
 def build_registry(settings: PullerSettings) -> Registry:
@@ -69,7 +72,7 @@ async def backend_catalog(settings: PullerSettings, bus: Bus) -> AsyncIterator[B
 def consumer_spec(settings: PullerSettings) -> ConsumerSpec:
     return ConsumerSpec(
         service=SERVICE,
-        filters=(subjects.event_filter(EventType.RUN_REQUESTED),),
+        filters=tuple(subjects.event_filter(t) for t in CONSUMES),
         concurrency=settings.concurrency,
         max_attempts=settings.max_attempts,
         backoff_s=settings.retry_backoff_s,
@@ -88,10 +91,8 @@ async def run(settings: PullerSettings, stop: asyncio.Event) -> None:
                 specs=ObjectStoreSpecs(js=bus.js),
                 max_attempts=settings.max_attempts,
             )
-            consumer = EventConsumer(
-                bus, consumer_spec(settings), handler.handle, handler.on_exhausted
-            )
-            await consumer.run(stop)
+            app = service_app(bus, consumer_spec(settings), emits=EMITS, handlers=handler)
+            await app.run(stop)
     finally:
         await bus.close()
 

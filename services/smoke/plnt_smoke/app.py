@@ -1,10 +1,11 @@
-"""Smoke wiring: bus, harness, one durable consumer on canary.installed."""
+"""Smoke wiring: bus, harness, the FastStream app consuming canary.installed."""
 
 import asyncio
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
+from plnt_common.bus.consumer import ConsumerSpec
+from plnt_common.bus.service_app import service_app
 from plnt_common.events import EventType
 from plnt_common.runtime import run_service
 from plnt_smoke.adapters.embeddings import SentenceEmbedder
@@ -12,14 +13,20 @@ from plnt_smoke.adapters.harness import SmokeHarness
 from plnt_smoke.handlers import SERVICE, SmokeHandlers
 from plnt_smoke.settings import SmokeSettings
 
+CONSUMES = (EventType.CANARY_INSTALLED,)
+EMITS = (EventType.SMOKE_PASSED, EventType.SMOKE_FAILED)
+
+
+def consumer_spec(settings: SmokeSettings) -> ConsumerSpec:
+    return ConsumerSpec(
+        service=SERVICE,
+        filters=tuple(subjects.event_filter(t) for t in CONSUMES),
+        concurrency=settings.sagas,
+    )
+
 
 async def run(settings: SmokeSettings, stop: asyncio.Event) -> None:
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
-    spec = ConsumerSpec(
-        service=SERVICE,
-        filters=(subjects.event_filter(EventType.CANARY_INSTALLED),),
-        concurrency=settings.sagas,
-    )
     try:
         async with SmokeHarness(request_timeout_s=settings.request_timeout_s) as harness:
             handlers = SmokeHandlers(
@@ -28,7 +35,8 @@ async def run(settings: SmokeSettings, stop: asyncio.Event) -> None:
                 scorer=SentenceEmbedder(),
                 concurrency=settings.concurrency,
             )
-            await EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted).run(stop)
+            app = service_app(bus, consumer_spec(settings), emits=EMITS, handlers=handlers)
+            await app.run(stop)
     finally:
         await bus.close()
 

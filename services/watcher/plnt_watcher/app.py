@@ -1,4 +1,4 @@
-"""Watcher wiring: the resource source, the projection consumer and the deadline loop.
+"""Watcher wiring: the resource source, the projection's FastStream app, the deadline loop.
 
 With the Kubernetes source and leader election on, only the Lease holder runs the
 resource loop (so two replicas start each saga once); every replica folds events into
@@ -11,7 +11,9 @@ from typing import Any
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.consumer import ConsumerSpec, EventConsumer
+from plnt_common.bus.consumer import ConsumerSpec
+from plnt_common.bus.service_app import service_app
+from plnt_common.events import EventType
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
 from plnt_watcher.adapters.embedded_source import EmbeddedSource
@@ -24,6 +26,21 @@ from plnt_watcher.ports import ResourceSource
 from plnt_watcher.serving import ServingLoop
 from plnt_watcher.settings import WatcherSettings
 from plnt_watcher.status_sync import ConvergingStatus
+
+CONSUMES = (f"{subjects.SUBJECT_PREFIX}.>",)
+"""Every event: the projection folds the whole saga."""
+EMITS = (EventType.RUN_REQUESTED, EventType.RUN_DELETED, EventType.STEP_TIMED_OUT)
+
+
+def consumer_spec(settings: WatcherSettings) -> ConsumerSpec:
+    # Events of one run fold in stream order, runs in parallel; replicas share the
+    # durable consumer and compare-and-set keeps their writes consistent.
+    return ConsumerSpec(
+        service=SERVICE,
+        filters=CONSUMES,
+        concurrency=settings.concurrency,
+        ordered_by_run=True,
+    )
 
 
 def build_source(settings: WatcherSettings, bus: Bus) -> ResourceSource:
@@ -108,15 +125,7 @@ async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
         source=source,
         status_linger_s=settings.status_linger_s,
     )
-    # Events of one run fold in stream order, runs in parallel; replicas share the
-    # durable consumer and compare-and-set keeps their writes consistent.
-    spec = ConsumerSpec(
-        service=SERVICE,
-        filters=(f"{subjects.SUBJECT_PREFIX}.>",),
-        concurrency=settings.concurrency,
-        ordered_by_run=True,
-    )
-    consumer = EventConsumer(bus, spec, handlers.handle, handlers.on_exhausted)
+    app = service_app(bus, consumer_spec(settings), emits=EMITS, handlers=handlers)
     resources = ResourceLoop(bus=bus, source=source, projections=projections)
     deadlines = DeadlineLoop(
         bus=bus,
@@ -130,7 +139,7 @@ async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
         asyncio.create_task(serving.run(stop, refresh=source.refresh)),
     ]
     try:
-        await consumer.run(stop)
+        await app.run(stop)
     finally:
         if elector is not None:
             # The elector sees ``stop`` and releases its Lease; give it a moment to do so
