@@ -4,6 +4,7 @@ good and bad WorkflowRuns and PlntBackends."""
 
 import copy
 import hashlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -118,6 +119,7 @@ def test_workflowrun_names_scope_and_columns() -> None:
         "Revision": ("string", ".status.revision"),
         "Canary %": ("integer", ".status.canary.trafficPercent"),
         "Step": ("string", ".status.canary.step"),
+        "Serving": ("string", '.status.conditions[?(@.type=="Serving")].status'),
         "Endpoint": ("string", ".status.endpoint"),
         "Age": ("date", ".metadata.creationTimestamp"),
     }
@@ -147,7 +149,9 @@ def test_printer_columns_point_at_fields_of_the_schema(kind: str) -> None:
     for column in version["additionalPrinterColumns"]:
         if column["jsonPath"] == ".metadata.creationTimestamp":
             continue
-        assert column["jsonPath"].lstrip(".") in paths, column
+        # a list filter like conditions[?(@.type=="Serving")] selects items of that list
+        path = re.sub(r"\[\?\(@\.[A-Za-z]+==\"[A-Za-z]+\"\)\]", ".[]", column["jsonPath"])
+        assert path.lstrip(".") in paths, column
 
 
 # ---- structural schema rules the API server enforces on CRD creation ----------------------

@@ -115,6 +115,32 @@ async def test_workflow_without_ready_revision_is_503(
     assert "'echo'" in error["message"]
     assert canary.bodies == []
 
+    assert "no ready revision yet" in error["message"]
+
+
+async def test_a_route_whose_runner_is_down_says_so_in_its_503(
+    table: RouteTable,
+    start_runner: Factory,
+    start_router: Factory,
+    make_route: Any,
+    http: aiohttp.ClientSession,
+    read_error: ReadError,
+) -> None:
+    stable = await start_runner("s-1")
+    entry = make_route("echo", stable=stable)
+    down = entry.model_copy(update={"stable": entry.stable.model_copy(update={"serving": False})})
+    table.put(key="default.echo", entry=down)
+    router = await start_router()
+    async with http.post(f"{router}/workflows/echo/invoke", json={}) as response:
+        assert response.status == 503
+        error = await read_error(response)
+    assert error["code"] == "workflow_not_ready"
+    assert "no routed runner is serving (the backend is restarting it)" in error["message"]
+    table.put(key="default.echo", entry=entry)
+    async with http.post(f"{router}/workflows/echo/invoke", json={}) as response:
+        assert response.status == 200
+    assert len(stable.bodies) == 1
+
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 async def test_body_over_the_limit_is_413(

@@ -192,10 +192,15 @@ class CallPipeline:
             )
         call.known = True
         if not route.entry.has_ready_target():
+            why = (
+                "is routed, but no routed runner is serving (the backend is restarting it)"
+                if route.runners_down
+                else "has no ready revision yet"
+            )
             raise reject(
                 503,
                 "workflow_not_ready",
-                f"workflow '{call.name}' in namespace '{call.namespace}' has no ready revision yet",
+                f"workflow '{call.name}' in namespace '{call.namespace}' {why}",
                 headers=self._retry_after,
             )
         return route

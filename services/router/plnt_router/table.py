@@ -19,6 +19,8 @@ class Route:
 
     entry: RouteEntry
     split: CanarySplit = field(default_factory=CanarySplit)
+    runners_down: bool = False
+    """A revision is routed but no routed runner is serving: it is being restarted."""
 
     def pick(self) -> RouteTarget | None:
         """The target for the next call; None when nothing is ready."""
@@ -54,13 +56,11 @@ class RouteTable:
         Stored as ``entry.serving_only()``: a runner the backend reports down gets no
         calls, decided here once per route change rather than per request.
         """
-        entry = entry.serving_only()
         route = self._routes.get(key)
         if route is None:
-            self._routes[key] = Route(entry=entry)
-        else:
-            # The split state is kept so a weight change mid-rollout stays exact.
-            route.entry = entry
+            route = self._routes[key] = Route(entry=entry)
+        # The split state is kept so a weight change mid-rollout stays exact.
+        _store(route, entry)
 
     def delete(self, *, key: str) -> None:
         """Remove ``key``; removing an absent key is not an error."""
@@ -74,12 +74,12 @@ class RouteTable:
         """
         fresh: dict[str, Route] = {}
         for key, listed in entries.items():
-            entry = listed.serving_only()
-            route = self._routes.get(key)
-            if route is None:
-                fresh[key] = Route(entry=entry)
-            else:
-                route.entry = entry
-                fresh[key] = route
+            route = fresh[key] = self._routes.get(key) or Route(entry=listed)
+            _store(route, listed)
         self._routes = fresh
         self._loaded = True
+
+
+def _store(route: Route, listed: RouteEntry) -> None:
+    route.entry = listed.serving_only()
+    route.runners_down = listed.has_ready_target() and not route.entry.has_ready_target()
