@@ -182,12 +182,12 @@ async def test_an_early_end_of_initial_values_never_swaps_in_a_partial_table(
     kv = await js.key_value(ROUTES_BUCKET)
     for n in range(5):
         await kv.put(route_key("default", f"wf-{n}"), entry(f"wf-{n}").model_dump_json().encode())
-    real_watchall = KeyValue.watchall
+    real_watch = KeyValue.watch
 
-    async def marking_first(self: KeyValue, **options: Any) -> MarkFirst:
-        return MarkFirst(await real_watchall(self, **options))
+    async def marking_first(self: KeyValue, keys: str, **options: Any) -> MarkFirst:
+        return MarkFirst(await real_watch(self, keys, **options))
 
-    monkeypatch.setattr(KeyValue, "watchall", marking_first)
+    monkeypatch.setattr(KeyValue, "watch", marking_first)
     table = RouteTable()
     swaps: list[int] = []
     replace_all = table.replace_all

@@ -1,23 +1,19 @@
 """Follows ``desired.>`` in ``plnt-releases`` and hands every change to a ``DesiredSink``.
 
-One JetStream KV watch (latest value per key, then every change). The complete set of
-initial values is delivered as one snapshot, so keys deleted while the local-backend was
-away are noticed; the watch is rebuilt, snapshot first, when it fails, ends, or NATS
-reconnects. Records that do not parse are reported as unreadable, never as deleted: a
-bad write must not tear down a running release. It decides nothing about releases.
+A ``KvMirror`` (one reconnecting watch, complete state first) delivers the initial values
+as one snapshot, so keys deleted while the local-backend was away are noticed. Records
+that do not parse are reported as unreadable, never as deleted: a bad write must not tear
+down a running release. It decides nothing about releases.
 """
 
-import asyncio
-import contextlib
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from nats.aio.client import Client
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from plnt_common.bus.kv_snapshot import InitialValues, kv_snapshot
-from plnt_common.bus.kv_watch import IDLE, next_update
+from plnt_common.bus.kv_mirror import KvMirror
 from plnt_common.logs import get_logger
 from plnt_common.releases import DESIRED_PREFIX, DesiredRelease
 from plnt_common.subjects import RELEASES_BUCKET
@@ -56,96 +52,54 @@ class DesiredWatch:
         retry_s: float = 1.0,
         check_s: float = 1.0,
     ) -> None:
-        self._nc = nc
-        self._kv = kv
         self._sink = sink
-        self._retry_s = retry_s
-        self._check_s = check_s
+        self._mirror = KvMirror[DesiredRelease | object](
+            nc=nc,
+            bucket=RELEASES_BUCKET,
+            keys=f"{DESIRED_PREFIX}.>",
+            kv=kv,
+            decode=_decode,
+            replace_all=self._hand_over,
+            apply=self._apply,
+            log_as="desired",
+            retry_s=retry_s,
+            check_s=check_s,
+        )
 
     async def run(self) -> None:
         """Watch for ever, rebuilding the watch whenever it fails or ends. Cancel to stop."""
-        failing = False
-        while True:
-            try:
-                await self._watch_once()
-                failing = False
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # Loud once per outage, quiet for its repeats.
-                (log.debug if failing else log.warning)(
-                    "desired.watch_failed", error=str(exc) or type(exc).__name__
-                )
-                failing = True
-            await asyncio.sleep(self._retry_s)
+        await self._mirror.run()
 
-    async def _watch_once(self) -> None:
-        reconnects = self._reconnects()
-        # nats-py leaves KeyWatcher untyped.
-        watcher: Any = await self._kv.watch(f"{DESIRED_PREFIX}.>")
-        try:
-            # Handing over at nats-py's marker alone could hand over an empty state (it can
-            # come first), and the reconciler would stop every runner.
-            initial = InitialValues(
-                await kv_snapshot(self._nc, RELEASES_BUCKET, f"{DESIRED_PREFIX}.>")
-            )
-            # The initial values, handed over whole once complete; None afterwards, when
-            # each change goes to the sink at once.
-            loading: dict[ReleaseKey, DesiredRelease | object] | None = {}
-            while True:
-                try:
-                    update = await next_update(watcher, self._check_s)
-                except StopAsyncIteration:
-                    log.info("desired.resync", reason="watch ended")
-                    return
-                if self._reconnects() != reconnects:
-                    # Changes may have been missed while disconnected: reload everything.
-                    log.info("desired.resync", reason="nats reconnected")
-                    return
-                if update is IDLE:
-                    continue
-                if update is None:
-                    complete = initial.saw(None)
-                else:
-                    complete = initial.saw(update.key, update.revision or 0)
-                    await self._handle(update, loading=loading)
-                if loading is not None and complete:
-                    await self._hand_over(loading)
-                    loading = None
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()
-
-    async def _hand_over(self, loading: dict[ReleaseKey, DesiredRelease | object]) -> None:
-        desired = {k: v for k, v in loading.items() if isinstance(v, DesiredRelease)}
-        unreadable = frozenset(k for k, v in loading.items() if v is _UNREADABLE)
-        log.info("desired.loaded", releases=len(desired), unreadable=len(unreadable))
-        await self._sink.replace_all(desired, unreadable=unreadable)
-
-    async def _handle(
-        self, update: Any, *, loading: dict[ReleaseKey, DesiredRelease | object] | None
-    ) -> None:
-        key = parse_desired_key(update.key)
-        if key is None:
-            log.error("desired.invalid_key", key=update.key)
-            return
-        value: DesiredRelease | object | None
-        if update.operation in (KV_DEL, KV_PURGE):
-            value = None
-        else:
-            try:
-                value = DesiredRelease.model_validate_json(update.value or b"")
-            except ValidationError as exc:
-                log.error("desired.unreadable", key=update.key, error=str(exc))
-                value = _UNREADABLE
-        if loading is not None:
-            if value is None:
-                loading.pop(key, None)
+    async def _hand_over(self, loading: Mapping[str, DesiredRelease | object]) -> None:
+        desired: dict[ReleaseKey, DesiredRelease] = {}
+        unreadable: set[ReleaseKey] = set()
+        for raw_key, value in loading.items():
+            key = parse_desired_key(raw_key)
+            if key is None:
+                continue  # logged by _decode
+            if isinstance(value, DesiredRelease):
+                desired[key] = value
             else:
-                loading[key] = value
+                unreadable.add(key)
+        log.info("desired.loaded", releases=len(desired), unreadable=len(unreadable))
+        await self._sink.replace_all(desired, unreadable=frozenset(unreadable))
+
+    async def _apply(self, raw_key: str, value: DesiredRelease | object | None) -> None:
+        key = parse_desired_key(raw_key)
+        if key is None:  # only a deletion gets here: _decode skipped the key's writes
+            log.error("desired.invalid_key", key=raw_key)
         elif value is None or isinstance(value, DesiredRelease):
             await self._sink.apply(key, value)
 
-    def _reconnects(self) -> int:
-        return int(self._nc.stats.get("reconnects", 0))
+
+def _decode(update: KeyValue.Entry) -> DesiredRelease | object | None:
+    """The desired release a record holds, ``_UNREADABLE`` when it does not parse, None
+    (skipped) when its key names no release."""
+    if parse_desired_key(update.key) is None:
+        log.error("desired.invalid_key", key=update.key)
+        return None
+    try:
+        return DesiredRelease.model_validate_json(update.value or b"")
+    except ValidationError as exc:
+        log.error("desired.unreadable", key=update.key, error=str(exc))
+        return _UNREADABLE
