@@ -39,3 +39,24 @@ def side_effects(directory: Path) -> Counter[tuple[str, str]]:
 def step_runs(directory: Path) -> Counter[tuple[str, str]]:
     """``plnt_saga_step_runs_total`` by (service, step): handler bodies run to completion."""
     return counters(directory, "plnt_saga_step_runs_total", "step")
+
+
+def side_effects_since(
+    directory: Path, before: Counter[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """The side effects counted since ``before`` was read, those that happened only."""
+    done = side_effects(directory)
+    done.subtract(before)
+    return {key: n for key, n in done.items() if n}
+
+
+ONE_READY_SAGA = {
+    ("watcher", "saga_request"): 1,
+    ("puller", "spec_store"): 1,
+    ("installer", "canary_install"): 1,
+    ("local-backend", "runner_start"): 1,
+    ("smoke", "smoke_run"): 1,
+    ("promoter", "route_write"): 2,  # the canary's share, then the promotion
+    ("promoter", "terminal_claim"): 1,
+}
+"""The side effects of one saga promoted straight after its smoke test: each once."""

@@ -7,6 +7,7 @@ then runs mutmut there against the fast tests of those modules, and prints the r
 (``--results`` only prints the last run's). Survivors are listed in docs/reliability.md.
 
     python tests/mutation/mutate.py [--dir DIR] [--max-children N] [--results]
+        [--module plnt_common/bus/bus.py ...] [--tests 'tests/common/test_bus_publish.py' ...]
 """
 
 import argparse
@@ -44,20 +45,23 @@ def package_dirs() -> list[Path]:
     return [ROOT / "libs" / "plnt_common", *sorted((ROOT / "services").glob("*/plnt_*"))]
 
 
-def stage(target: Path) -> None:
-    """A copy of the project in the layout mutmut expects; its ``mutants/`` is kept."""
+def stage(target: Path, mutated: tuple[str, ...], tests: tuple[str, ...]) -> None:
+    """A copy of the project in the layout mutmut expects, mutating ``mutated`` against
+    the test files matching ``tests``; its ``mutants/`` is kept."""
     src = target / "src"
     shutil.rmtree(src, ignore_errors=True)
-    shutil.rmtree(target / "tests", ignore_errors=True)
     for package in package_dirs():
         shutil.copytree(package, src / package.name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "tests", target / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    for tree in ("tests", "testkit"):  # the tests import the dev-only test kit
+        shutil.rmtree(target / tree, ignore_errors=True)
+        shutil.copytree(ROOT / tree, target / tree, ignore=shutil.ignore_patterns("__pycache__"))
     settings = (ROOT / "pyproject.toml").read_text()
     settings += "\n[tool.mutmut]\n"
     settings += f"source_paths = {['src']!r}\n".replace("'", '"')
-    settings += f"only_mutate = {[f'src/{m}' for m in MUTATED]!r}\n".replace("'", '"')
-    tests = sorted(str(p.relative_to(ROOT)) for pattern in TESTS for p in ROOT.glob(pattern))
-    settings += f"pytest_add_cli_args_test_selection = {tests!r}\n".replace("'", '"')
+    settings += 'also_copy = ["testkit"]\n'
+    settings += f"only_mutate = {[f'src/{m}' for m in mutated]!r}\n".replace("'", '"')
+    selected = sorted(str(p.relative_to(ROOT)) for pattern in tests for p in ROOT.glob(pattern))
+    settings += f"pytest_add_cli_args_test_selection = {selected!r}\n".replace("'", '"')
     settings += 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]\n'
     (target / "pyproject.toml").write_text(settings)
 
@@ -67,11 +71,17 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "plnt-mutation")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once")
     parser.add_argument("--results", action="store_true", help="print the last run's result")
+    parser.add_argument(
+        "--module", action="append", choices=MUTATED, help="mutate only these (repeatable)"
+    )
+    parser.add_argument(
+        "--tests", action="append", help="only the test files matching these globs (repeatable)"
+    )
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     mutmut = [sys.executable, "-m", "mutmut"]
     if not args.results:
-        stage(args.dir)
+        stage(args.dir, tuple(args.module or MUTATED), tuple(args.tests or TESTS))
         shutil.rmtree(args.dir / "mutants", ignore_errors=True)  # mutmut reuses stale copies
         run = [*mutmut, "run", "--max-children", str(args.max_children)]
         subprocess.run(run, cwd=args.dir, check=False)
