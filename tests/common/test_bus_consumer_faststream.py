@@ -4,12 +4,13 @@
 import asyncio
 
 from nats.js import api
+from test_bus_consumer import deleted_event
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, Delivery
 from plnt_common.bus.service_app import service_app
-from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
+from plnt_common.events import Envelope, EventType
 
 SPEC = ConsumerSpec(
     service="fs-test",
@@ -19,18 +20,6 @@ SPEC = ConsumerSpec(
     ),
     backoff_s=(0.05,),
 )
-
-
-def deleted_event(name: str) -> Envelope:
-    return new_event(
-        EventType.RUN_DELETED,
-        RunDeleted(),
-        namespace="default",
-        name=name,
-        sagaid=saga_id("default", name, 1),
-        generation=1,
-        source="test",
-    )
 
 
 class Steps:
