@@ -93,6 +93,10 @@ class RunProjection(BaseModel):
     step_hold_s: float = Field(
         default=0.0, description="Longest the canary step being held may take (its deadline)."
     )
+    gate_after_smoke: bool = Field(
+        default=False,
+        description="manualGate without steps: a passed smoke test waits at the gate (Paused).",
+    )
     stamps: dict[str, tuple[int, str]] = Field(
         default_factory=dict,
         description="Per field, the (step rank, event time) of the event that set it last.",
@@ -242,7 +246,11 @@ class _Draft:
     def build(self) -> RunProjection:
         """The projection with every change applied."""
         status = self.origin.status.model_copy(
-            update={**self.status_updates, "conditions": self._built_conditions()}
+            update={
+                **self.status_updates,
+                **self._at_gate(),
+                "conditions": self._built_conditions(),
+            }
         )
         return self.origin.model_copy(
             update={
@@ -253,13 +261,27 @@ class _Draft:
             }
         )
 
+    def _at_gate(self) -> dict[str, object]:
+        """Promoting after a smoke test the manual gate holds reads as Paused.
+
+        smoke.passed does not carry the spec; canary.installed does. Deriving it here,
+        once both are folded, keeps the fold independent of their arrival order.
+        """
+        phase = self.status_updates.get("phase", self.origin.status.phase)
+        gated = self.updates.get("gate_after_smoke", self.origin.gate_after_smoke)
+        if phase != Phase.PROMOTING or not gated:
+            return {}
+        return {"phase": Phase.PAUSED, "message": gate_message(self.origin.name)}
+
     def _start_saga(self, event: Envelope) -> None:
         self.saga_id = event.sagaid
         self.rank = 0
         self.stamps = {}
         self.conditions = ()
         self.condition_updates.clear()
-        self.updates.update(saga_id=event.sagaid, generation=event.generation)
+        self.updates.update(
+            saga_id=event.sagaid, generation=event.generation, gate_after_smoke=False
+        )
         self.status_updates.update(
             canary=_NO_CANARY, smoke=_NO_SMOKE, analysis=_NO_ANALYSIS, message=""
         )
@@ -339,13 +361,15 @@ def _installed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: CanaryInstalled = event.payload()
     percent = data.run.spec.canary.traffic_percent
     conditions = [(ConditionType.CANARY_INSTALLED, True, Reason.SUCCEEDED, data.canary.url)]
+    plan = data.run.spec.canary
     return {
+        "gate_after_smoke": plan.manual_gate and not plan.steps,
         "status": {
             "phase": Phase.SMOKING,
             "canary": CanaryStatus(revision=data.canary.revision, traffic_percent=percent),
             "conditions": conditions,
             "message": f"smoke-testing canary {data.canary.revision}",
-        }
+        },
     }
 
 
@@ -388,6 +412,10 @@ def _smoke_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     }
 
 
+def gate_message(name: str) -> str:
+    return f"waiting at the manual gate: plnt promote {name}"
+
+
 def _step_label(step: int, steps: tuple[int, ...]) -> str:
     return f"{step}/{len(steps)}"
 
@@ -410,13 +438,11 @@ def _analysis_passed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: AnalysisVerdict = event.payload()
     last = data.step >= len(data.plan.steps)
     label = _step_label(data.step, data.plan.steps)
-    return {
-        "status": {
-            "phase": Phase.PROMOTING if last else Phase.PROGRESSING,
-            "analysis": data.figures,
-            "message": f"step {label} passed: {data.figures.reason}",
-        }
-    }
+    message = f"step {label} passed: {data.figures.reason}"
+    phase = Phase.PROMOTING if last else Phase.PROGRESSING
+    if last and data.plan.manual_gate:  # the canary keeps the last step's weight meanwhile
+        phase, message = Phase.PAUSED, gate_message(event.name)
+    return {"status": {"phase": phase, "analysis": data.figures, "message": message}}
 
 
 def _analysis_failed(current: _Draft, event: Envelope) -> dict[str, object]:
