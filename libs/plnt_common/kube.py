@@ -14,17 +14,16 @@ only in Kubernetes mode, so the embedded mode never loads the ``kubernetes`` cli
 
 import asyncio
 import functools
-import json
 from collections.abc import Callable
 from typing import Any
 
-import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from pydantic import ValidationError
 
-from plnt_common.errors import BackendUnavailable, KubernetesUnavailable, PlntError
+from plnt_common.errors import BackendUnavailable, KubernetesUnavailable
+from plnt_common.kube_errors import TRANSPORT_ERRORS, ErrorKinds, api_error
 from plnt_common.logs import get_logger
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.workflow import describe_validation_error
@@ -37,8 +36,10 @@ BACKENDS = "plntbackends"
 REQUEST_TIMEOUT_S = 30.0
 LIST_PAGE = 500
 """Objects per list request; the API server hands out the rest with a continue token."""
-TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
-"""What a blocking ``kubernetes`` client call raises when it fails."""
+BACKEND_READS = ErrorKinds(
+    forbidden_hint=f"the service account needs get and list on {BACKENDS}.{GROUP}"
+)
+"""Failed PlntBackend reads: refusals are ``BackendUnavailable``, the rest retryable."""
 
 
 def api_client(*, kubeconfig: str = "", context: str = "", user_agent: str) -> client.ApiClient:
@@ -69,35 +70,6 @@ def api_client(*, kubeconfig: str = "", context: str = "", user_agent: str) -> c
     api = client.ApiClient(configuration)
     api.user_agent = user_agent
     return api
-
-
-def status_message(body: Any) -> str:
-    """The message of a ``metav1.Status`` body, or the body itself."""
-    try:
-        return str(json.loads(body).get("message") or body)
-    except (TypeError, ValueError, AttributeError):
-        return str(body)
-
-
-def api_error(exc: BaseException, *, doing: str) -> PlntError:
-    """The project error for a failed client call; ``doing`` says what was attempted.
-
-    Transport failures, throttling, server-side errors and an expired list continuation
-    (410) are ``KubernetesUnavailable`` (retryable: waiting may cure them); refusals such
-    as forbidden, unauthorized or invalid are ``BackendUnavailable``, since asking again
-    changes nothing.
-    """
-    if not isinstance(exc, ApiException):
-        return KubernetesUnavailable(f"{doing}: the Kubernetes API did not answer: {exc!r}")
-    status = int(exc.status or 0)
-    message = status_message(exc.body) if exc.body else str(exc.reason)
-    # 410: a paged list outlived its continue token; listing again from the start cures it
-    if status in (0, 410, 429) or status >= 500:
-        return KubernetesUnavailable(f"{doing}: the Kubernetes API answered {status}: {message}")
-    hint = (
-        f" (the service account needs get and list on {BACKENDS}.{GROUP})" if status == 403 else ""
-    )
-    return BackendUnavailable(f"{doing}: the Kubernetes API refused ({status}): {message}{hint}")
 
 
 class PlntBackendReader:
@@ -187,7 +159,7 @@ class PlntBackendReader:
         except TRANSPORT_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 raise _NotFound from None
-            raise api_error(exc, doing=doing) from None
+            raise api_error(exc, doing=doing, kinds=BACKEND_READS) from None
         if not isinstance(body, dict):
             raise BackendUnavailable(f"{doing}: the Kubernetes API answered with {body!r}")
         return body

@@ -29,7 +29,8 @@ from plnt_common.events import (
     RunSnapshot,
     SpecPulled,
 )
-from plnt_common.kube import PlntBackendReader, api_client, api_error
+from plnt_common.kube import BACKEND_READS, PlntBackendReader, api_client
+from plnt_common.kube_errors import api_error
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
 from plnt_installer import app as installer_app
@@ -227,7 +228,7 @@ def _status(code: int, message: str) -> str:
 def test_client_failures_become_project_errors_retryable_only_when_waiting_helps(
     error: BaseException, expected: type[PlntError], retryable: bool, text: str
 ) -> None:
-    translated = api_error(error, doing="reading PlntBackend 'x'")
+    translated = api_error(error, doing="reading PlntBackend 'x'", kinds=BACKEND_READS)
 
     assert type(translated) is expected
     assert translated.retryable is retryable

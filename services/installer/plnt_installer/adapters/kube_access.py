@@ -29,10 +29,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from plnt_common.errors import BackendUnavailable
+from plnt_common.kube_errors import TRANSPORT_ERRORS, api_error
 from plnt_common.logs import get_logger
 from plnt_common.resources import KubernetesTarget
 from plnt_installer.adapters.helm_cli import HelmCli
-from plnt_installer.adapters.kube_errors import TRANSPORT_ERRORS, api_error
+from plnt_installer.adapters.kube_errors import INSTALLER_ERRORS
 from plnt_installer.adapters.kube_readiness import REQUEST_TIMEOUT_S, KubeDeployments
 
 log = get_logger(__name__)
@@ -173,9 +174,9 @@ class KubeConnector:
         except ApiException as exc:
             if exc.status == 404:
                 raise BackendUnavailable(f"{doing}: not found") from None
-            raise api_error(exc, doing=doing) from None
+            raise api_error(exc, doing=doing, kinds=INSTALLER_ERRORS) from None
         except TRANSPORT_ERRORS as exc:
-            raise api_error(exc, doing=doing) from None
+            raise api_error(exc, doing=doing, kinds=INSTALLER_ERRORS) from None
         try:
             body: Any = response.data  # raw bytes: _preload_content=False
             data: dict[str, Any] = json.loads(body).get("data") or {}

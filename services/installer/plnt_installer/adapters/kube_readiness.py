@@ -18,8 +18,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from plnt_common.kube_errors import TRANSPORT_ERRORS, api_error
 from plnt_installer.adapters.helm_values import RUN_NAMESPACE, RUNNER_SERVICE_PORT, SAGA_ID
-from plnt_installer.adapters.kube_errors import TRANSPORT_ERRORS, api_error
+from plnt_installer.adapters.kube_errors import INSTALLER_ERRORS
 from plnt_installer.helm_observer import ServiceState
 from plnt_installer.readiness import DeploymentState
 
@@ -106,13 +107,15 @@ class KubeDeployments:
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise api_error(exc, doing=doing) from None
+            raise api_error(exc, doing=doing, kinds=INSTALLER_ERRORS) from None
         except TRANSPORT_ERRORS as exc:
-            raise api_error(exc, doing=doing) from None
+            raise api_error(exc, doing=doing, kinds=INSTALLER_ERRORS) from None
         try:
             parsed = json.loads(response.data)
         except ValueError:
-            raise api_error(OSError("unreadable response"), doing=doing) from None
+            raise api_error(
+                OSError("unreadable response"), doing=doing, kinds=INSTALLER_ERRORS
+            ) from None
         return parsed if isinstance(parsed, dict) else None
 
 
