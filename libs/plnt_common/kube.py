@@ -73,7 +73,8 @@ def api_client(*, kubeconfig: str = "", context: str = "", user_agent: str) -> c
 
 
 class PlntBackendReader:
-    """Reads PlntBackend specs from the API server through one ``ApiClient``."""
+    """Reads PlntBackend specs from the API server through one ``ApiClient``: the
+    Kubernetes adapter of ``plnt_common.backend_catalog.BackendCatalog``."""
 
     def __init__(
         self, *, api: client.ApiClient, request_timeout_s: float = REQUEST_TIMEOUT_S

@@ -19,6 +19,7 @@ from kubernetes.config import kube_config
 from stack_support import example_workflow, publish_spec
 
 from plnt_common import subjects
+from plnt_common.backend_catalog import KubernetesOnly, StoredBackends
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_events
 from plnt_common.errors import BackendUnavailable, KubernetesUnavailable, PlntError
@@ -34,11 +35,8 @@ from plnt_common.kube_errors import api_error
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
 from plnt_installer import app as installer_app
-from plnt_installer.adapters.backend_targets import StoredTargets
-from plnt_installer.adapters.kube_targets import KubeApiTargets
 from plnt_installer.settings import InstallerSettings
 from plnt_puller import app
-from plnt_puller.adapters.kube_backends import KubernetesBackends
 from plnt_puller.settings import PullerSettings
 from plnt_testkit.events import run_requested
 from plnt_testkit.kube_emulator import EVENTS, KubeEmulator
@@ -90,13 +88,13 @@ async def test_a_backend_created_through_the_api_is_what_the_puller_catalog_retu
 ) -> None:
     await in_thread(create_backend, objects, "gpu-cluster-01", CLUSTER_SPEC)
 
-    found = await KubernetesBackends(reader=reader).get("gpu-cluster-01")
+    found = await reader.get("gpu-cluster-01")
 
     assert found == PlntBackendSpec.model_validate(CLUSTER_SPEC)
 
 
 async def test_a_backend_the_api_does_not_have_is_none(reader: PlntBackendReader) -> None:
-    assert await KubernetesBackends(reader=reader).get("nowhere") is None
+    assert await reader.get("nowhere") is None
 
 
 async def test_an_invalid_backend_is_unavailable_with_a_message_naming_the_field(
@@ -105,7 +103,7 @@ async def test_an_invalid_backend_is_unavailable_with_a_message_naming_the_field
     await in_thread(create_backend, objects, "odd", INVALID_SPEC)
 
     with pytest.raises(BackendUnavailable, match="PlntBackend 'odd' has an invalid spec") as err:
-        await KubernetesBackends(reader=reader).get("odd")
+        await reader.get("odd")
 
     assert "spec.kubernetes" in str(err.value)
     assert not err.value.retryable
@@ -121,7 +119,7 @@ async def test_installer_targets_are_the_valid_kubernetes_backends_only(
     await in_thread(create_backend, objects, "laptop", LOCAL_SPEC)
     await in_thread(create_backend, objects, "odd", INVALID_SPEC)
 
-    targets = await KubeApiTargets(reader=reader).all()
+    targets = await KubernetesOnly(reader).all()
 
     assert targets == {"gpu-cluster-01": PlntBackendSpec.model_validate(CLUSTER_SPEC)}
     assert set(await reader.all()) == {"gpu-cluster-01", "laptop"}  # "odd" skipped, not fatal
@@ -137,19 +135,20 @@ async def test_installer_lists_targets_from_the_api_when_its_settings_say_kubern
     monkeypatch.setenv("PLNT_INSTALLER_KUBECONFIG", str(kubeconfig))
     bus = await Bus.open(nats_url, service="test")
     try:
-        assert isinstance(
-            installer_app.build_targets(bus, InstallerSettings(nats_url=nats_url)), StoredTargets
-        )
+        embedded = installer_app.build_targets(bus, InstallerSettings(nats_url=nats_url))
+        assert isinstance(embedded, KubernetesOnly)
+        assert isinstance(embedded.catalog, StoredBackends)
         monkeypatch.setenv("PLNT_INSTALLER_BACKENDS", "kubernetes")
         targets = installer_app.build_targets(bus, InstallerSettings(nats_url=nats_url))
-        assert isinstance(targets, KubeApiTargets)
+        assert isinstance(targets, KubernetesOnly)
+        assert isinstance(targets.catalog, PlntBackendReader)
         assert list(await targets.all()) == ["gpu-cluster-01"]
     finally:
         await bus.close()
 
 
 async def test_no_backends_at_all_is_an_empty_catalog(reader: PlntBackendReader) -> None:
-    assert await KubeApiTargets(reader=reader).all() == {}
+    assert await KubernetesOnly(reader).all() == {}
 
 
 async def test_a_cluster_without_the_crd_says_to_install_it(tmp_path: Path) -> None:
@@ -158,7 +157,7 @@ async def test_a_cluster_without_the_crd_says_to_install_it(tmp_path: Path) -> N
         reader = PlntBackendReader(api=api, request_timeout_s=5)
         try:
             with pytest.raises(BackendUnavailable, match="is the CRD installed"):
-                await KubeApiTargets(reader=reader).all()
+                await KubernetesOnly(reader).all()
         finally:
             await reader.close()
 
@@ -172,10 +171,10 @@ async def test_a_stopped_api_server_is_a_retryable_error_for_both_adapters(
     emulator.stop()
 
     with pytest.raises(KubernetesUnavailable, match="reading PlntBackend 'gpu-cluster-01'") as e:
-        await KubernetesBackends(reader=reader).get("gpu-cluster-01")
+        await reader.get("gpu-cluster-01")
     assert e.value.retryable
     with pytest.raises(KubernetesUnavailable, match=r"listing plntbackends\.plnt\.work") as e:
-        await KubeApiTargets(reader=reader).all()
+        await KubernetesOnly(reader).all()
     assert e.value.retryable
 
 
@@ -189,10 +188,10 @@ async def test_a_server_error_is_retryable_and_the_next_read_succeeds(
 
     emulator.before("GET", "/plntbackends/gpu-cluster-01", crash)
     with pytest.raises(KubernetesUnavailable, match="answered 500") as err:
-        await KubernetesBackends(reader=reader).get("gpu-cluster-01")
+        await reader.get("gpu-cluster-01")
     assert err.value.retryable
 
-    assert await KubernetesBackends(reader=reader).get("gpu-cluster-01") is not None
+    assert await reader.get("gpu-cluster-01") is not None
 
 
 def _status(code: int, message: str) -> str:

@@ -1,15 +1,16 @@
-"""The adapters over the bus against a real nats-server: spec store and backend catalog."""
+"""The adapters over the bus against a real nats-server: spec store and the shared
+backend catalog's store adapter."""
 
 from collections.abc import AsyncIterator
 
 import pytest
 from puller_support import BACKEND, H100, backend_resource
 
+from plnt_common.backend_catalog import KubernetesOnly, StoredBackends
 from plnt_common.bus.bus import Bus
 from plnt_common.errors import BackendUnavailable
 from plnt_common.resource_store import ResourceStore, object_key
 from plnt_common.workflow import spec_digest
-from plnt_puller.adapters.backend_catalog import StoredBackends
 from plnt_puller.adapters.spec_store import ObjectStoreSpecs
 
 
@@ -72,3 +73,19 @@ async def test_the_catalog_reports_an_unreadable_backend_as_unavailable(nats_url
             await StoredBackends(store=ResourceStore(bus)).get("odd")
     finally:
         await bus.close()
+
+
+async def test_the_catalog_lists_the_readable_backends_and_leaves_out_the_unreadable(
+    bus: Bus,
+) -> None:
+    store = ResourceStore(bus)
+    await store.apply(backend_resource(BACKEND, (H100,)))
+    body = b'{"apiVersion":"plnt.work/v1","kind":"PlntBackend","metadata":{"name":"odd"},'
+    body += b'"spec":{"type":"mainframe"}}'
+    await bus.resources.put(object_key("PlntBackend", None, "odd"), body)
+
+    listed = await StoredBackends(store=store).all()
+
+    assert list(listed) == [BACKEND]
+    assert listed[BACKEND] == await StoredBackends(store=store).get(BACKEND)
+    assert await KubernetesOnly(StoredBackends(store=store)).all() == {}  # BACKEND is local

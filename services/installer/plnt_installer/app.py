@@ -7,15 +7,14 @@ from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec
 from plnt_common.bus.service_app import service_app
+from plnt_common.backend_catalog import KubernetesOnly, StoredBackends
 from plnt_common.events import EventType
 from plnt_common.kube import PlntBackendReader, api_client
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
-from plnt_installer.adapters.backend_targets import StoredTargets
 from plnt_installer.adapters.helm_releases import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.kube_observations import KubeObservations
-from plnt_installer.adapters.kube_targets import KubeApiTargets
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
 from plnt_installer.adapters.spec_source import ObjectStoreSpecSource
 from plnt_installer.handlers import SERVICE, InstallerHandlers
@@ -53,8 +52,8 @@ def build_targets(bus: Bus, settings: InstallerSettings) -> KubernetesTargets:
     """
     if settings.backends == "kubernetes":
         api = api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
-        return KubeApiTargets(reader=PlntBackendReader(api=api))
-    return StoredTargets(store=ResourceStore(bus))
+        return KubernetesOnly(PlntBackendReader(api=api))
+    return KubernetesOnly(StoredBackends(store=ResourceStore(bus)))
 
 
 def default_backends(bus: Bus, settings: InstallerSettings) -> dict[str, ReleaseBackend]:

@@ -9,19 +9,19 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from plnt_common import subjects
+from plnt_common.backend_catalog import BackendCatalog, StoredBackends
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec
 from plnt_common.bus.service_app import service_app
 from plnt_common.events import EventType
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
-from plnt_puller.adapters.backend_catalog import StoredBackends
 from plnt_puller.adapters.file_registry import FileRegistry
 from plnt_puller.adapters.registries import RegistryByScheme
 from plnt_puller.adapters.s3_registry import S3Registry
 from plnt_puller.adapters.spec_store import ObjectStoreSpecs
 from plnt_puller.handlers import PullHandler
-from plnt_puller.ports import BackendCatalog, Registry
+from plnt_puller.ports import Registry
 from plnt_puller.settings import PullerSettings
 
 SERVICE = "puller"
@@ -58,13 +58,12 @@ async def backend_catalog(settings: PullerSettings, bus: Bus) -> AsyncIterator[B
         return
     # Imported here so the embedded mode never loads the Kubernetes client.
     from plnt_common.kube import PlntBackendReader, api_client
-    from plnt_puller.adapters.kube_backends import KubernetesBackends
 
     reader = PlntBackendReader(
         api=api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
     )
     try:
-        yield KubernetesBackends(reader=reader)
+        yield reader
     finally:
         await reader.close()
 

@@ -11,6 +11,7 @@ import asyncio
 from dataclasses import dataclass
 
 from plnt_common import faults
+from plnt_common.backend_catalog import BackendCatalog
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
@@ -30,7 +31,7 @@ from plnt_common.saga import SagaState
 from plnt_common.tasks import discard, discarded_on_error
 from plnt_common.workflow import spec_digest
 from plnt_puller import logic
-from plnt_puller.ports import BackendCatalog, Registry, SpecStore
+from plnt_puller.ports import Registry, SpecStore
 
 SOURCE = "puller"
 

@@ -6,8 +6,6 @@ and which ``plnt_common.errors`` it raises; no port raises an infrastructure exc
 
 from typing import Protocol
 
-from plnt_common.resources import PlntBackendSpec
-
 
 class Registry(Protocol):
     """Where workflow specs are published: ``<registry>/<name>/<version>/workflow.yaml``."""
@@ -18,19 +16,6 @@ class Registry(Protocol):
         Raises ``SpecNotFound`` when the registry answered and the file is not there (or
         may not be read), ``SpecInvalid`` when it is over the size bound, and
         ``RegistryUnavailable`` (retryable) when the registry did not answer.
-        """
-        ...
-
-
-class BackendCatalog(Protocol):
-    """The PlntBackend resources a run may deploy onto."""
-
-    async def get(self, name: str) -> PlntBackendSpec | None:
-        """The backend's spec; None when no PlntBackend of that name exists.
-
-        Raises ``BackendUnavailable`` when it exists but cannot be read as a PlntBackend
-        (or the Kubernetes API refuses the read), ``BusUnavailable`` or
-        ``KubernetesUnavailable`` (retryable) when the store or the API did not answer.
         """
         ...
 
