@@ -4,10 +4,10 @@ import asyncio
 from collections.abc import Callable
 
 from plnt_common import subjects
+from plnt_common.backend_catalog import KubernetesOnly, StoredBackends
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec
 from plnt_common.bus.service_app import service_app
-from plnt_common.backend_catalog import KubernetesOnly, StoredBackends
 from plnt_common.events import EventType
 from plnt_common.kube import PlntBackendReader, api_client
 from plnt_common.resource_store import ResourceStore
