@@ -8,8 +8,8 @@ from runner_support import EXAMPLE_BODY, EXAMPLE_WORKFLOW
 
 from plnt_common.workflow import parse_workflow
 from plnt_runner.executor import Executor
-from plnt_runner.heuristics import compose_reply, moderate, read_message
-from plnt_runner.offline import OFFLINE_PREFIX, OfflineProvider, answer
+from plnt_runner.heuristics import Lexicon, LexiconInvalid, compose_reply, moderate, read_message
+from plnt_runner.offline import LEXICON, OFFLINE_PREFIX, OfflineProvider, answer
 from plnt_runner.prompts import Task, build_messages
 from plnt_runner.response import invocation_body
 from plnt_runner.tools import build_tools
@@ -89,12 +89,12 @@ async def test_offline_answers_are_deterministic_across_instances() -> None:
     ids=["mixed", "negative", "positive", "negated-praise", "neutral"],
 )
 def test_reading_finds_sentiment_and_main_topic(text: str, sentiment: str, topic: str) -> None:
-    reading = read_message(text)
+    reading = read_message(text, lexicon=LEXICON)
     assert (reading.sentiment, reading.topic) == (sentiment, topic)
 
 
 def test_reply_follows_the_brand_voice() -> None:
-    reading = read_message("Rude staff and a long wait")
+    reading = read_message("Rude staff and a long wait", lexicon=LEXICON)
     formal = compose_reply(reading=reading, voice="formal, first-person singular")
     assert "!" not in formal
     assert "I would" in formal
@@ -118,12 +118,12 @@ def test_reply_follows_the_brand_voice() -> None:
     ids=["phone", "email", "refund", "insult", "empty", "blocked-term"],
 )
 def test_moderation_refuses_drafts_for_a_stated_reason(draft: str, reason: str) -> None:
-    reasons = moderate(draft=draft, blocked_terms=["valet"])
+    reasons = moderate(draft=draft, blocked_terms=["valet"], lexicon=LEXICON)
     assert any(reason in r for r in reasons), reasons
 
 
 def test_moderation_allows_a_plain_polite_reply() -> None:
-    assert moderate(draft="Thank you for visiting us!", blocked_terms=[]) == []
+    assert moderate(draft="Thank you for visiting us!", blocked_terms=[], lexicon=LEXICON) == []
 
 
 def test_offline_classify_answer_is_json_and_other_prompts_say_how_to_go_online() -> None:
@@ -140,3 +140,33 @@ def test_offline_classify_answer_is_json_and_other_prompts_say_how_to_go_online(
     other = answer([{"role": "user", "content": "What is plnt?"}])
     assert other.startswith(OFFLINE_PREFIX)
     assert "PLNT_RUNNER_LLM_BASE_URL" in other
+
+
+def test_the_words_come_from_the_lexicon_not_the_rules() -> None:
+    cars = Lexicon.from_mapping(
+        {
+            "positive": "smooth",
+            "negative": "squeaky",
+            "negations": "not",
+            "subjects": {"engine": "engine motor", "brakes": "brakes"},
+            "insults": [],
+        }
+    )
+    reading = read_message("Smooth motor but squeaky brakes", lexicon=cars)
+    assert (reading.sentiment, reading.topic) == ("mixed", "brakes")
+    assert read_message("Smooth motor but squeaky brakes", lexicon=LEXICON).sentiment == "neutral"
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ([], "a lexicon is a mapping"),
+        ({"subjects": {}, "insults": [], "negative": "", "negations": ""}, "field positive"),
+        ({"subjects": {"food": 3}, "insults": []}, "field subjects"),
+        ({"subjects": {}, "insults": "damn"}, "field insults"),
+    ],
+    ids=["not-a-mapping", "missing-words", "keywords-not-text", "insults-not-a-list"],
+)
+def test_a_malformed_lexicon_is_named_field_by_field(data: object, problem: str) -> None:
+    with pytest.raises(LexiconInvalid, match=problem):
+        Lexicon.from_mapping(data)

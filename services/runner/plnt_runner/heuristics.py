@@ -1,13 +1,13 @@
 """Rule-based reading and writing of short customer messages, used by the offline provider.
 
-A small lexicon finds each clause's sentiment and subject; templates turn that into a reply
-in the requested brand voice; a few patterns moderate a draft. Deterministic and pure: the
-same text always gives the same result. It is a stand-in for a model when none is
-configured, not a replacement for one.
+A lexicon (data the caller loads: ``Lexicon``) finds each clause's sentiment and subject;
+templates turn that into a reply in the requested brand voice; a few patterns moderate a
+draft. Deterministic and pure: the same text always gives the same result. It is a
+stand-in for a model when none is configured, not a replacement for one.
 """
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -15,47 +15,62 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_POSITIVE = _words(
-    "great good excellent amazing awesome friendly fast quick love loved lovely nice delicious "
-    "clean helpful perfect wonderful fantastic best tasty fresh kind polite pleasant cozy "
-    "beautiful efficient professional attentive recommend superb outstanding easy"
-)
-_NEGATIVE = _words(
-    "slow bad rude dirty terrible awful horrible cold expensive overpriced noisy worst poor "
-    "long late broken disappointing disappointed unfriendly crowded hard difficult smelly bland "
-    "stale wrong mediocre limited confusing unhelpful lacking tiny cramped loud"
-)
-_NEGATIONS = frozenset({"not", "no", "never", "isn't", "wasn't", "aren't", "weren't", "didn't"})
+class LexiconInvalid(ValueError):
+    """A lexicon mapping lacks a field or has one of the wrong shape."""
 
-# keyword -> subject it belongs to; the keyword itself is what a reply names.
-_SUBJECTS = {
-    **dict.fromkeys(
-        _words(
-            "service staff waiter waitress waiters server servers team employees host barista "
-            "reception"
-        ),
-        "service",
-    ),
-    **dict.fromkeys(_words("parking lot garage"), "parking"),
-    **dict.fromkeys(
-        _words("food meal dish dishes pizza burger coffee breakfast lunch dinner menu dessert"),
-        "food",
-    ),
-    **dict.fromkeys(_words("price prices pricing value cost bill"), "price"),
-    **dict.fromkeys(_words("wait waiting queue line"), "wait time"),
-    **dict.fromkeys(_words("bathroom bathrooms restroom toilet toilets"), "cleanliness"),
-    **dict.fromkeys(_words("atmosphere ambience music decor vibe place"), "atmosphere"),
-    **dict.fromkeys(_words("location neighborhood area"), "location"),
-    **dict.fromkeys(_words("delivery order"), "delivery"),
-    **dict.fromkeys(_words("room rooms bed"), "room"),
-}
+
+@dataclass(frozen=True)
+class Lexicon:
+    """The words that give messages of one domain their sentiment and subjects.
+
+    ``subjects`` maps each keyword to the subject it belongs to; the keyword itself is
+    what a reply names. The words are data (the offline provider ships an example set),
+    so these rules know no domain of their own.
+    """
+
+    positive: frozenset[str]
+    negative: frozenset[str]
+    negations: frozenset[str]
+    subjects: Mapping[str, str]
+    insults: frozenset[str]
+
+    @classmethod
+    def from_mapping(cls, data: object) -> "Lexicon":
+        """A lexicon from parsed YAML/JSON: space-separated words per field, ``subjects``
+        as subject -> keywords, ``insults`` as a list of phrases; ``LexiconInvalid`` names
+        the first field that is missing or malformed."""
+        if not isinstance(data, Mapping):
+            raise LexiconInvalid("a lexicon is a mapping of positive, negative, ... to words")
+        subjects = data.get("subjects")
+        insults = data.get("insults")
+        if not isinstance(subjects, Mapping) or not all(
+            isinstance(v, str) for v in subjects.values()
+        ):
+            raise LexiconInvalid("lexicon field subjects: give subject: space-separated keywords")
+        if not isinstance(insults, list) or not all(isinstance(v, str) for v in insults):
+            raise LexiconInvalid("lexicon field insults: give a list of phrases")
+        return cls(
+            positive=_words(_field(data, "positive")),
+            negative=_words(_field(data, "negative")),
+            negations=_words(_field(data, "negations")),
+            subjects={k: str(s) for s, kws in subjects.items() for k in _words(kws)},
+            insults=frozenset(insults),
+        )
+
+
+def _field(data: Mapping[str, object], name: str) -> str:
+    value = data.get(name)
+    if not isinstance(value, str):
+        raise LexiconInvalid(f"lexicon field {name}: give space-separated words")
+    return value
+
+
 _CLAUSE_SPLIT = re.compile(r"\b(?:but|however|although|though|except|and|while)\b|[.;!?,]")
 _TOKEN = re.compile(r"[a-z']+")
 
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")
 _PHONE = re.compile(r"\+?\d[\d\s().-]{7,}\d")
 _LIABILITY = re.compile(r"\b(refund\w*|compensat\w*|free of charge|lawsuit|liable|liability)\b")
-_INSULTS = frozenset({"idiot", "stupid", "shut up", "hate you", "damn", "crap", "liar"})
 MAX_DRAFT_CHARS = 1500
 
 
@@ -79,12 +94,12 @@ class Reading:
     concerns: tuple[Remark, ...] = field(default=())
 
 
-def read_message(text: str) -> Reading:
+def read_message(text: str, *, lexicon: Lexicon) -> Reading:
     """Sentiment (positive, negative, mixed or neutral) and subjects of ``text``."""
     praise: list[Remark] = []
     concerns: list[Remark] = []
     for clause in _CLAUSE_SPLIT.split(text.lower()):
-        for remark, score in _clause_remarks(_TOKEN.findall(clause)):
+        for remark, score in _clause_remarks(_TOKEN.findall(clause), lexicon):
             if score > 0:
                 praise.append(remark)
             elif score < 0:
@@ -97,26 +112,26 @@ def read_message(text: str) -> Reading:
         sentiment = "negative"
     else:
         sentiment = "neutral"
-    mentioned = [_SUBJECTS[t] for t in _TOKEN.findall(text.lower()) if t in _SUBJECTS]
+    mentioned = [lexicon.subjects[t] for t in _TOKEN.findall(text.lower()) if t in lexicon.subjects]
     subjects = [r.subject for r in (*concerns, *praise) if r.subject] + mentioned
     return Reading(
         sentiment, subjects[0] if subjects else "general", tuple(praise), tuple(concerns)
     )
 
 
-def _clause_remarks(tokens: list[str]) -> list[tuple[Remark, int]]:
+def _clause_remarks(tokens: list[str], lexicon: Lexicon) -> list[tuple[Remark, int]]:
     """Each subject keyword of one clause with the score of the sentiment words nearest to it
     (a negation flips the next word); a clause without a keyword gives one subject-less
     remark."""
-    keywords = [(i, t) for i, t in enumerate(tokens) if t in _SUBJECTS]
+    keywords = [(i, t) for i, t in enumerate(tokens) if t in lexicon.subjects]
     scores: dict[int, int] = {}
     words: dict[int, dict[int, str]] = {}
     negated = False
     for i, token in enumerate(tokens):
-        if token in _NEGATIONS or token.endswith("n't"):
+        if token in lexicon.negations or token.endswith("n't"):
             negated = True
             continue
-        polarity = 1 if token in _POSITIVE else -1 if token in _NEGATIVE else 0
+        polarity = 1 if token in lexicon.positive else -1 if token in lexicon.negative else 0
         if not polarity:
             continue
         # The nearest keyword owns the word; on a tie the earlier one ("food was good").
@@ -129,7 +144,7 @@ def _clause_remarks(tokens: list[str]) -> list[tuple[Remark, int]]:
     for owner, score in scores.items():
         keyword = tokens[owner] if owner >= 0 else ""
         word = words.get(owner, {}).get((score > 0) - (score < 0), "")
-        remarks.append((Remark(keyword, _SUBJECTS.get(keyword, ""), word), score))
+        remarks.append((Remark(keyword, lexicon.subjects.get(keyword, ""), word), score))
     return sorted(remarks, key=lambda r: tokens.index(r[0].keyword) if r[0].keyword else -1)
 
 
@@ -193,7 +208,7 @@ def compose_reply(*, reading: Reading, voice: str) -> str:
     return _apply_voice(" ".join(sentences), style)
 
 
-def moderate(*, draft: str, blocked_terms: Iterable[str]) -> list[str]:
+def moderate(*, draft: str, blocked_terms: Iterable[str], lexicon: Lexicon) -> list[str]:
     """Reasons ``draft`` must not be published; empty when it may be."""
     text = draft.lower()
     reasons = []
@@ -201,7 +216,7 @@ def moderate(*, draft: str, blocked_terms: Iterable[str]) -> list[str]:
         reasons.append("the draft is empty")
     if len(draft) > MAX_DRAFT_CHARS:
         reasons.append(f"the draft is longer than {MAX_DRAFT_CHARS} characters")
-    insults = sorted(term for term in _INSULTS if term in text)
+    insults = sorted(term for term in lexicon.insults if term in text)
     if insults:
         reasons.append(f"insulting language: {', '.join(insults)}")
     if _EMAIL.search(draft) or _PHONE.search(draft):

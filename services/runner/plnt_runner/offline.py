@@ -2,15 +2,20 @@
 
 Used when no ``llm_base_url`` is configured so plnt can be tried without an API key. It
 reads the task and payload of a prompt built by ``plnt_runner.prompts`` and answers with
-``plnt_runner.heuristics``; every text it writes starts with ``[offline]`` so nobody mistakes
-it for a model's answer. It performs no I/O and never fails.
+``plnt_runner.heuristics`` and the example lexicon shipped beside it
+(``offline_lexicon.yaml``, read once at import); every text it writes starts with
+``[offline]`` so nobody mistakes it for a model's answer. Answering performs no I/O and
+never fails.
 """
 
 import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from plnt_runner import heuristics
 from plnt_runner.ports import Message
@@ -19,6 +24,10 @@ from plnt_runner.usage import TokenUsage
 
 OFFLINE_PREFIX = "[offline] "
 _CHUNK = re.compile(r"\S+\s*")
+LEXICON = heuristics.Lexicon.from_mapping(
+    yaml.safe_load(resources.files(__package__).joinpath("offline_lexicon.yaml").read_text())
+)
+"""The words the offline provider reads messages with: example data for customer reviews."""
 
 
 class OfflineProvider:
@@ -51,7 +60,7 @@ def answer(messages: Sequence[Message]) -> str:
     task, payload = read_messages(messages)
     message = str(payload.get("message", ""))
     if task is Task.CLASSIFY:
-        reading = heuristics.read_message(message)
+        reading = heuristics.read_message(message, lexicon=LEXICON)
         return json.dumps(
             {
                 "sentiment": reading.sentiment,
@@ -63,20 +72,22 @@ def answer(messages: Sequence[Message]) -> str:
     if task is Task.BRAND_VOICE:
         passages = [str(p) for p in payload.get("passages", ()) if isinstance(p, str)]
         return OFFLINE_PREFIX + heuristics.voice_guidance(
-            reading=heuristics.read_message(message),
+            reading=heuristics.read_message(message, lexicon=LEXICON),
             voice=str(payload.get("brand_voice", "")),
             passages=passages,
         )
     if task is Task.DRAFT:
         return OFFLINE_PREFIX + heuristics.compose_reply(
-            reading=heuristics.read_message(message),
+            reading=heuristics.read_message(message, lexicon=LEXICON),
             voice=_draft_voice(payload),
         )
     if task is Task.MODERATE:
         draft = str(payload.get("draft", "")).removeprefix(OFFLINE_PREFIX)
         terms = payload.get("blocked_terms", ())
         reasons = heuristics.moderate(
-            draft=draft, blocked_terms=[str(t) for t in terms] if isinstance(terms, list) else []
+            draft=draft,
+            blocked_terms=[str(t) for t in terms] if isinstance(terms, list) else [],
+            lexicon=LEXICON,
         )
         return json.dumps({"allowed": not reasons, "reasons": reasons})
     return (
