@@ -27,11 +27,9 @@ SAGA_HOPS = {
     EventType.RUN_READY: {"installer"},
     EventType.ROUTE_RESTORED: {"installer"},
     EventType.RUN_DELETED: {"promoter", "installer"},
-    EventType.RUN_FAILED: set(),
-    EventType.RUN_ROLLED_BACK: set(),
-    EventType.RUN_REMOVED: set(),
 }
-"""Who consumes what beside the watcher (which folds every event), as the saga's table says."""
+"""Who consumes what beside the watcher (which folds every event), as the saga's table
+says; a service may take more (the operator requests, the revert)."""
 
 Received = dict[str, list[tuple[str, int]]]
 
@@ -87,9 +85,9 @@ async def routing() -> AsyncIterator[Routing]:
         yield Routing(test_broker, received)
 
 
-async def test_each_saga_hop_reaches_its_consumers_and_the_watcher_only(routing: Routing) -> None:
+async def test_each_saga_hop_reaches_its_consumers_and_the_watcher(routing: Routing) -> None:
     for event_type, consumers in SAGA_HOPS.items():
-        assert await routing.reached_by(event_type.value) == consumers | {"watcher"}, event_type
+        assert consumers | {"watcher"} <= await routing.reached_by(event_type.value), event_type
 
 
 async def test_each_event_type_reaches_exactly_the_services_that_list_it(routing: Routing) -> None:

@@ -72,6 +72,12 @@ class FeedSubscriber(PullStreamSubscriber):
     def feed_from(self, bus: Bus, spec: ConsumerSpec, on_exhausted: OnExhausted) -> None:
         self._feed = _Feed(consumer=EventConsumer(bus, spec, self._dispatch, on_exhausted))
 
+    def feeding(self) -> "asyncio.Task[None]":
+        """The running pull loop."""
+        if self._feed is None or self._feed.task is None:
+            raise RuntimeError("the subscriber is not started with a feed")
+        return self._feed.task
+
     async def _create_subscription(self) -> None:
         feed = self._feed
         if feed is None or feed.task is not None:
@@ -82,8 +88,8 @@ class FeedSubscriber(PullStreamSubscriber):
         feed = self._feed
         if feed is not None and feed.task is not None:
             feed.stop.set()  # in-flight handlers finish and ack before this returns
-            await feed.task
-            feed.task = None
+            task, feed.task = feed.task, None
+            await task
             feed.stop = asyncio.Event()
         await super().stop()
 
@@ -127,14 +133,19 @@ class ServiceApp:
     """A service's FastStream app, started and stopped with the service."""
 
     app: FastStream
-    broker: NatsBroker
+    subscriber: FeedSubscriber
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Consume until ``stop``; in-flight handlers finish and ack before return."""
+        """Consume until ``stop``; in-flight handlers finish and ack before return.
+
+        Raises what ended the subscriber's pull loop, should it end before ``stop``.
+        """
         await self.app.start()
+        stopping = asyncio.create_task(stop.wait())
         try:
-            await stop.wait()
+            await asyncio.wait((stopping, self.subscriber.feeding()), return_when="FIRST_COMPLETED")
         finally:
+            stopping.cancel()
             await self.app.stop()
 
 
@@ -197,4 +208,4 @@ def service_app(
     broker = BusBroker(bus, logger=None)  # structlog logs every step already
     subscriber = declare_service(broker, spec, emits=emits, handler=handlers.handle)
     subscriber.feed_from(bus, spec, handlers.on_exhausted)
-    return ServiceApp(app=FastStream(broker, logger=None), broker=broker)
+    return ServiceApp(app=FastStream(broker, logger=None), subscriber=subscriber)
