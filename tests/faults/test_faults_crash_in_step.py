@@ -1,10 +1,13 @@
 """SIGKILL inside a saga step, at every fault point of every service, on the real stack.
 
-Every point of ``POINTS`` is armed (``PLNT_FAULT_PAUSE``): the first handler to reach it
+Every point of a case is armed (``PLNT_FAULT_PAUSE``): the first handler to reach it
 parks and reports its pid, and the test kills that process at once. Enough runs go
 through together that every point is reached (the test checks that each one parked).
-Unacked messages come back after the consumers' ack wait (2 s here, 30 s normally); the
-services are restarted by the supervisor as under ``plnt up``.
+Unacked messages come back after the consumers' ack wait (2 s here, 30 s normally), to
+the restarted process or, with two replicas of every saga service, to the other one;
+the services are restarted by the supervisor as under ``plnt up``. Cases: one replica
+and every point; two replicas and the points where a second replica can redo a step
+(every point on two replicas under ``-m slow``).
 
 What "once" means, counted on the processes' own counters (summed over every process,
 killed ones included):
@@ -25,6 +28,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,29 +55,58 @@ POINTS = (
     "promoter:smoke.passed:after_effect",
     "promoter:smoke.passed:before_ack",
 )
-RUNS = 14
+REDONE_BY_A_REPLICA = (
+    "puller:run.requested:after_effect",
+    "installer:spec.pulled:after_effect",
+    "local-backend:runner:after_effect",
+    "smoke:canary.installed:after_effect",
+    "promoter:canary.installed:before_ack",
+    "promoter:smoke.passed:after_effect",
+)
+"""A step killed after its side effect, or before its ack, whose message the other
+replica may take: each effect must still happen once."""
+
+
+@dataclass(frozen=True)
+class Case:
+    replicas: int
+    points: tuple[str, ...]
+    runs: int  # enough that every point is reached while runs are in flight
+
+
+CASES = [
+    pytest.param(Case(1, POINTS, 14), id="one-replica-every-point"),
+    pytest.param(Case(2, REDONE_BY_A_REPLICA, 8), id="two-replicas"),
+    pytest.param(Case(2, POINTS, 14), id="two-replicas-every-point", marks=pytest.mark.slow),
+]
+
+
+@pytest.fixture(scope="module", params=CASES)
+def case(request: pytest.FixtureRequest) -> Case:
+    found: Case = request.param
+    return found
 
 
 @pytest.fixture(scope="module")
-def fault_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def fault_dirs(tmp_path_factory: pytest.TempPathFactory, case: Case) -> tuple[Path, Path]:
     """(where parked steps report, where the processes keep their counters)."""
     return tmp_path_factory.mktemp("parked"), tmp_path_factory.mktemp("crash-metrics")
 
 
 @pytest.fixture(scope="module")
 def stack(
-    tmp_path_factory: pytest.TempPathFactory, fault_dirs: tuple[Path, Path]
+    tmp_path_factory: pytest.TempPathFactory, fault_dirs: tuple[Path, Path], case: Case
 ) -> Iterator[Supervisor]:
     parked, counted = fault_dirs
     env = {
         **counting_env(counted),
-        "PLNT_FAULT_PAUSE": ",".join(POINTS),
+        "PLNT_FAULT_PAUSE": ",".join(case.points),
         "PLNT_FAULT_REPORT_DIR": str(parked),
         "PLNT_FAULT_ACK_WAIT_S": "2",
         # kills and restarts under load must not let a deadline end a saga first
         "PLNT_WATCHER_DEADLINE_PROMOTING_S": "300",
     }
-    supervisor = start_stack(tmp_path_factory.mktemp("crash"), env=env)
+    supervisor = start_stack(tmp_path_factory.mktemp("crash"), replicas=case.replicas, env=env)
     yield supervisor
     supervisor.stop()
 
@@ -95,10 +128,11 @@ async def kill_every_parked_step(parked: Path, stop: asyncio.Event) -> dict[str,
 
 @pytest.mark.timeout(300)
 async def test_sigkill_at_every_fault_point_ends_every_saga_once_with_each_side_effect_once(
-    client: Client, registry: Path, stack: Supervisor, fault_dirs: tuple[Path, Path]
+    client: Client, registry: Path, stack: Supervisor, fault_dirs: tuple[Path, Path], case: Case
 ) -> None:
     parked, counted = fault_dirs
-    names = [f"crash-{i}" for i in range(RUNS)]
+    runs = case.runs
+    names = [f"crash-{i}" for i in range(runs)]
     for name in names:
         publish_spec(registry, workflow_named(name))
     stop = asyncio.Event()
@@ -110,27 +144,31 @@ async def test_sigkill_at_every_fault_point_ends_every_saga_once_with_each_side_
     finally:
         stop.set()
         killed = await killer
-    print(f"all {RUNS} runs Ready {time.monotonic() - started:.0f}s after apply")
+    print(f"all {runs} runs Ready {time.monotonic() - started:.0f}s after apply")
 
-    assert sorted(killed) == sorted(p.replace(":", ".") for p in POINTS)
-    for service in {p.split(":")[0] for p in POINTS}:
-        restarted = [s for s in stack.services() if s.name == service]
-        assert restarted and restarted[0].restarts >= 1, service
+    assert sorted(killed) == sorted(p.replace(":", ".") for p in case.points)
+    for service in {p.split(":")[0] for p in case.points}:
+        # one process per service, or its replicas "<service>-1", "<service>-2"
+        replicas = [
+            s for s in stack.services() if s.name.rsplit("-", 1)[0] == service or s.name == service
+        ]
+        assert len(replicas) == (1 if service == "local-backend" else case.replicas), service
+        assert sum(s.restarts for s in replicas) >= 1, service
 
     effects = side_effects(counted)
     # No await lies between starting a runner and counting it: exact.
-    assert effects[("local-backend", "runner_start")] == RUNS, effects
+    assert effects[("local-backend", "runner_start")] == runs, effects
     # Counted once the server confirmed the effect: a process killed while awaiting that
     # answer did the effect uncounted, so these may fall short, never exceed.
-    assert effects[("promoter", "terminal_claim")] <= RUNS, effects
-    assert effects[("puller", "spec_store")] <= RUNS, effects
-    assert effects[("promoter", "route_write")] <= 2 * RUNS, effects
+    assert effects[("promoter", "terminal_claim")] <= runs, effects
+    assert effects[("puller", "spec_store")] <= runs, effects
+    assert effects[("promoter", "route_write")] <= 2 * runs, effects
     # The bucket counts every write that happened, crash or not: two per run.
     routes = await client.bus.js.stream_info(f"KV_{subjects.ROUTES_BUCKET}")
-    assert routes.state.last_seq == 2 * RUNS, routes.state
+    assert routes.state.last_seq == 2 * runs, routes.state
     # Repeated by a redelivery after a crash (the last delivery's always counts).
-    assert effects[("installer", "canary_install")] >= RUNS, effects
-    assert effects[("smoke", "smoke_run")] >= RUNS, effects
+    assert effects[("installer", "canary_install")] >= runs, effects
+    assert effects[("smoke", "smoke_run")] >= runs, effects
 
     for name in names:
         events = await client.events(name)
