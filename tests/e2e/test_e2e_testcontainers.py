@@ -8,7 +8,7 @@ one the module is skipped, saying so.
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,14 +16,13 @@ import boto3
 import pytest
 import yaml
 from stack_fixtures import FAST_ENV
-from stack_support import Client, backend_document, invoke, run_document, workflow_named
+from stack_support import Client, invoke, run_document, workflow_named
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.docker_client import DockerClient
 from testcontainers.core.waiting_utils import wait_for_logs
 
 from plnt_cli.supervisor import StackConfig, Supervisor
 from plnt_cli.up import wait_until_ready
-from plnt_common.bus.bus import Bus
 from plnt_common.nats_server import free_ports
 
 NATS_IMAGE = "nats:2.11-alpine"
@@ -112,15 +111,6 @@ def stack(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> I
         raise
     yield supervisor
     supervisor.stop()
-
-
-@pytest.fixture
-async def client(stack: Supervisor) -> AsyncIterator[Client]:
-    bus = await Bus.open(stack.config.nats_url, service="test", wait_for_server=True)
-    test_client = Client(bus)
-    await test_client.apply(backend_document())
-    yield test_client
-    await bus.close()
 
 
 async def test_a_saga_on_container_nats_pulls_from_minio_and_gets_ready(
