@@ -53,6 +53,8 @@ class ReleaseRole(StrEnum):
     """Installed by a saga, not yet promoted."""
     STABLE = "stable"
     """Promoted: serves the route's stable share."""
+    PREVIOUS = "previous"
+    """The stable before the latest promotion, kept at 0 % for spec.rollback.keepPreviousFor."""
 
 
 class LlmConfig(BaseModel):

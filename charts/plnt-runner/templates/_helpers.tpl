@@ -58,9 +58,11 @@ plnt.work/role: {{ include "plnt-runner.labelValue" . | quote }}
 {{- end }}
 {{- end }}
 
-{{/* Which autoscaler owns the replica count: "keda", "hpa", or "" (fixed replicas.min). */}}
+{{/* Which autoscaler owns the replica count: "keda", "hpa", or "" (fixed replicas.min).
+A kept previous revision takes no traffic: none scales it. */}}
 {{- define "plnt-runner.autoscaler" -}}
-{{- if .Values.keda.enabled }}keda
+{{- if eq .Values.role "previous" }}
+{{- else if .Values.keda.enabled }}keda
 {{- else if and .Values.autoscaling.enabled .Values.autoscaling.targetInvocationsPerSecond }}hpa
 {{- end }}
 {{- end }}

@@ -29,6 +29,7 @@ CONSUMES = (
     EventType.ROUTE_RESTORED,
     EventType.STEP_TIMED_OUT,
     EventType.RUN_READY,
+    EventType.RUN_REVERTED,
     EventType.RUN_DELETED,
 )
 EMITS = (

@@ -4,6 +4,7 @@ from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
+from plnt_common.bus.saga_events import last_of_saga
 from plnt_common.errors import BackendUnavailable, InstallFailed
 from plnt_common.events import (
     CanaryInstalled,
@@ -12,7 +13,9 @@ from plnt_common.events import (
     EventType,
     RouteRestored,
     RunFailed,
+    RunReady,
     RunRemoved,
+    RunReverted,
     RunRolledBack,
     SpecPulled,
     StepTimedOut,
@@ -27,7 +30,7 @@ from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.releases import DesiredRelease, ReleaseRole, release_name
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
-from plnt_installer import logic
+from plnt_installer import keep, logic
 from plnt_installer.kube_ports import BindableBackend
 from plnt_installer.ports import ReleaseBackend
 
@@ -67,6 +70,8 @@ class InstallerHandlers:
                     await self._compensate(event, Reason.STEP_TIMED_OUT, message)
             case EventType.RUN_READY:
                 await self._retire_old(event)
+            case EventType.RUN_REVERTED:
+                await self._retire_reverted(event)
             case EventType.RUN_DELETED:
                 await self._remove_all(event)
 
@@ -246,19 +251,70 @@ class InstallerHandlers:
         log.info("saga.ended", outcome=kind.value, reason=data.reason.value)
 
     async def _retire_old(self, event: Envelope) -> None:
+        """Promote the saga's release to stable, retire the older ones.
+
+        With ``spec.rollback.keepPreviousFor`` the previous stable stays at 0 % (role
+        previous) until the window ends; this delivery is held until then (``keep``).
+        """
+        data: RunReady = event.payload()
         held = await self._held(event.namespace, event.name)
         for backend, release in held:
             if release.saga_id == event.sagaid and release.role is not ReleaseRole.STABLE:
                 await backend.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
-        releases = [release for _, release in held]
-        retired = logic.retire_after_promotion(releases, promoted_saga=event.sagaid)
+        keep_s = await self._keep_previous_s(event)
+        retired, kept = logic.after_promotion(
+            [release for _, release in held],
+            promoted_saga=event.sagaid,
+            previous_revision=data.previous_revision,
+            keep=keep.remaining_s(event.time, keep_s) > 0,
+        )
+        await self._retire(held, retired)
+        if kept is None:
+            return
+        holder = next(backend for backend, release in held if release is kept)
+        if kept.role is not ReleaseRole.PREVIOUS:
+            await holder.install(kept.model_copy(update={"role": ReleaseRole.PREVIOUS}))
+            log.info("release.kept", release=kept.release, revision=kept.revision, for_s=keep_s)
+
+        async def still_kept() -> bool:
+            now = await holder.releases(namespace=event.namespace, run_name=event.name)
+            return any(r.release == kept.release and r.role is ReleaseRole.PREVIOUS for r in now)
+
+        if await keep.hold_kept(
+            remaining=keep.remaining_s(event.time, keep_s), still_kept=still_kept
+        ):
+            await self._retire([(holder, kept)], [kept])
+        else:
+            log.info("release.no_longer_kept", release=kept.release, revision=kept.revision)
+
+    async def _keep_previous_s(self, event: Envelope) -> float:
+        """The saga's spec.rollback.keepPreviousFor; 0 once a newer saga's spec was pulled."""
+        pulled = await last_of_saga(self._bus, EventType.SPEC_PULLED, event)
+        if pulled is None:
+            return 0.0
+        data: SpecPulled = pulled.payload()
+        return data.run.spec.rollback.keep_previous_s
+
+    async def _retire(
+        self, held: list[tuple[ReleaseBackend, DesiredRelease]], retired: list[DesiredRelease]
+    ) -> None:
         for backend, old in held:
             if old not in retired:
                 continue
             await backend.uninstall(
                 namespace=old.namespace, release=old.release, timeout_s=self._uninstall_timeout_s
             )
+            SIDE_EFFECTS.labels(SERVICE, "release_retirement").inc()
             log.info("release.retired", release=old.release, revision=old.revision)
+
+    async def _retire_reverted(self, event: Envelope) -> None:
+        """The reverted revision's release goes; the kept one serves again as the stable."""
+        data: RunReverted = event.payload()
+        held = await self._held(event.namespace, event.name)
+        for backend, release in held:
+            if release.revision == data.revision and release.role is not ReleaseRole.STABLE:
+                await backend.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
+        await self._retire(held, [r for _, r in held if r.revision == data.reverted_revision])
 
     async def _remove_all(self, event: Envelope) -> None:
         held = await self._held(event.namespace, event.name)

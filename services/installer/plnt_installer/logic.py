@@ -51,6 +51,15 @@ def retire_after_promotion(
     return [r for r in releases if r.saga_id != promoted_saga and saga_order(r.saga_id) < promoted]
 
 
+def after_promotion(
+    releases: list[DesiredRelease], *, promoted_saga: str, previous_revision: str, keep: bool
+) -> tuple[list[DesiredRelease], DesiredRelease | None]:
+    """(what to retire now, the previous stable kept at 0 % for a rollback, if ``keep``)."""
+    older = retire_after_promotion(releases, promoted_saga=promoted_saga)
+    kept = next((r for r in older if keep and r.revision == previous_revision), None)
+    return [r for r in older if r is not kept], kept
+
+
 def failure_terminal(stable: str) -> EventType:
     """A failed canary ends rolled back when a stable revision serves, else failed."""
     return EventType.RUN_ROLLED_BACK if stable else EventType.RUN_FAILED

@@ -1,0 +1,142 @@
+"""The installer keeps the previous revision at 0 % for ``spec.rollback.keepPreviousFor``:
+the promotion's ``run.ready`` is held until its time plus the window (a delivery after a
+crash resumes from the event's time), a revert ends the hold and retires the reverted
+revision instead. A real nats-server carries the events; the backend is in memory."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+from installer_helm_support import RUN, RUN_NS, desired, spec_pulled
+from test_installer_helm_handlers import MemoryBackend
+
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import Delivery
+from plnt_common.events import Envelope, EventType, RunReady, RunReverted, SpecPulled, new_event
+from plnt_common.releases import DesiredRelease, ReleaseRole
+from plnt_common.resources import Rollback
+from plnt_common.status import Reason
+from plnt_installer.handlers import InstallerHandlers
+
+SAGA = f"{RUN_NS}.{RUN}.2.1"
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    opened = await Bus.open(nats_url, service="test")
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def backend() -> MemoryBackend:
+    return MemoryBackend("kube")
+
+
+@pytest.fixture
+def handlers(bus: Bus, backend: MemoryBackend) -> InstallerHandlers:
+    return InstallerHandlers(
+        bus=bus, backends={"kubernetes": backend}, ready_timeout_s=5, uninstall_timeout_s=5
+    )
+
+
+def event(kind: EventType, data: Any, sagaid: str = SAGA) -> Envelope:
+    return new_event(
+        kind, data, namespace=RUN_NS, name=RUN, sagaid=sagaid, generation=2, source="test"
+    )
+
+
+def pulled_keeping(keep: str | None) -> SpecPulled:
+    pulled = spec_pulled(generation=2)
+    spec = pulled.run.spec.model_copy(update={"rollback": Rollback(keep_previous_for=keep)})
+    changed: SpecPulled = pulled.model_copy(
+        update={"run": pulled.run.model_copy(update={"spec": spec})}
+    )
+    return changed
+
+
+def release(generation: int, role: ReleaseRole) -> DesiredRelease:
+    made: DesiredRelease = desired(spec_pulled(generation=generation))
+    return made.model_copy(update={"role": role})
+
+
+async def promoted_keeping(
+    bus: Bus, backend: MemoryBackend, keep: str | None
+) -> tuple[DesiredRelease, DesiredRelease, Envelope]:
+    """g1 stable, g2 a canary promoted by the returned run.ready; the saga's spec keeps ``keep``."""
+    await bus.publish(event(EventType.SPEC_PULLED, pulled_keeping(keep)))
+    old, new = release(1, ReleaseRole.STABLE), release(2, ReleaseRole.CANARY)
+    backend.held = {old.release: old, new.release: new}
+    ready = RunReady(
+        revision=new.revision, endpoint="http://router/x", previous_revision=old.revision
+    )
+    return old, new, event(EventType.RUN_READY, ready)
+
+
+def handle(handlers: InstallerHandlers, cause: Envelope) -> "asyncio.Task[None]":
+    return asyncio.create_task(handlers.handle(cause, cast(Delivery, None)))
+
+
+async def test_the_previous_release_is_kept_as_previous_for_the_window_then_retired(
+    bus: Bus, handlers: InstallerHandlers, backend: MemoryBackend
+) -> None:
+    old, new, ready = await promoted_keeping(bus, backend, "1s")
+    started = time.monotonic()
+    holding = handle(handlers, ready)
+    await asyncio.sleep(0.5)
+    assert not holding.done()
+    assert backend.held[old.release].role is ReleaseRole.PREVIOUS
+    assert backend.held[new.release].role is ReleaseRole.STABLE
+    await holding
+    assert time.monotonic() - started >= 0.9
+    assert list(backend.held) == [new.release]
+
+
+@pytest.mark.parametrize(
+    ("keep", "age_s", "held_s"),
+    [
+        pytest.param("2s", 5, (0.0, 0.5), id="after-the-window-retires-at-once"),
+        pytest.param("3s", 2, (0.7, 1.8), id="inside-the-window-holds-what-is-left"),
+    ],
+)
+async def test_a_redelivery_resumes_the_window_from_the_events_time(
+    bus: Bus,
+    handlers: InstallerHandlers,
+    backend: MemoryBackend,
+    keep: str,
+    age_s: float,
+    held_s: tuple[float, float],
+) -> None:
+    _, new, ready = await promoted_keeping(bus, backend, keep)
+    redelivered = ready.model_copy(update={"time": ready.time - timedelta(seconds=age_s)})
+    started = time.monotonic()
+    await handle(handlers, redelivered)
+    assert held_s[0] <= time.monotonic() - started < held_s[1]
+    assert list(backend.held) == [new.release]
+
+
+async def test_without_keep_the_previous_release_is_retired_at_promotion(
+    bus: Bus, handlers: InstallerHandlers, backend: MemoryBackend
+) -> None:
+    _, new, ready = await promoted_keeping(bus, backend, None)
+    await asyncio.wait_for(handle(handlers, ready), timeout=0.5)
+    assert backend.calls == [f"install {new.release} stable", "uninstall review-responder-g1"]
+
+
+async def test_a_revert_ends_the_hold_retires_the_reverted_and_keeps_the_previous_serving(
+    bus: Bus, handlers: InstallerHandlers, backend: MemoryBackend
+) -> None:
+    old, new, ready = await promoted_keeping(bus, backend, "30s")
+    holding = handle(handlers, ready)
+    await asyncio.sleep(0.3)
+    reverted = RunReverted(
+        revision=old.revision,
+        reverted_revision=new.revision,
+        reason=Reason.ROLLBACK_REQUESTED,
+    )
+    await handle(handlers, event(EventType.RUN_REVERTED, reverted, sagaid=f"{RUN_NS}.{RUN}.2.2"))
+    await asyncio.wait_for(holding, timeout=2)
+    assert backend.held == {old.release: old}  # stable again, never retired
