@@ -72,12 +72,20 @@ def main() -> int:
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once")
     parser.add_argument("--results", action="store_true", help="print the last run's result")
     parser.add_argument(
-        "--module", action="append", choices=MUTATED, help="mutate only these (repeatable)"
+        "--module",
+        action="append",
+        help="mutate only these, paths under the packages like plnt_common/bus/bus.py "
+        "(repeatable; default: the modules above)",
     )
     parser.add_argument(
         "--tests", action="append", help="only the test files matching these globs (repeatable)"
     )
     args = parser.parse_args()
+    staged = {package.name: package for package in package_dirs()}
+    for module in args.module or ():
+        package, _, rest = module.partition("/")
+        if package not in staged or not (staged[package] / rest).is_file():
+            parser.error(f"--module {module}: no such module under the packages")
     args.dir.mkdir(parents=True, exist_ok=True)
     mutmut = [sys.executable, "-m", "mutmut"]
     if not args.results:
