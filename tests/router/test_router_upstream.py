@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from plnt_router.adapters.runner_connection import MAX_HEAD_BYTES
+from plnt_router.adapters.runner_connection import HIGH_WATER_BYTES, MAX_HEAD_BYTES
 from plnt_router.adapters.upstream import RunnerClient, UpstreamReply
-from plnt_router.errors import UpstreamUnavailable
+from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
 
 PAUSE = b"<pause>"
 CLOSE = b"<close>"
@@ -255,3 +255,41 @@ async def test_bytes_past_the_end_of_an_answer_keep_it_but_drop_the_connection(
     _, body = await call(client, runner.url)
     assert body == b"{}"
     assert await connections_after_another_call(client, runner) == 2
+
+
+async def test_a_stream_silent_longer_than_the_timeout_times_out_after_what_came(
+    scripted: StartRunner,
+) -> None:
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    # each gap (0.05 s) is within the timeout; the silence after them is not
+    runner = await scripted(
+        [head, PAUSE, b"9\r\ndata: 1\n\n\r\n", PAUSE, b"5\r\ndata:\r\n", *[PAUSE] * 8]
+    )
+    client = RunnerClient(max_connections=1, timeout_s=0.2)
+    await client.start()
+    try:
+        reply = await client.post(url=runner.url, body=b"{}", headers={}, stream=True)
+        pieces: list[bytes] = []
+        with pytest.raises(UpstreamTimeout, match=r"did not answer within 0\.2s"):
+            await collect(reply, pieces)
+        reply.close()
+    finally:
+        await client.close()
+    assert b"".join(pieces) == b"data: 1\n\ndata:"
+
+
+async def test_a_body_larger_than_the_read_buffer_arrives_whole_through_back_pressure(
+    scripted: StartRunner, client: RunnerClient
+) -> None:
+    body = bytes(range(256)) * (4 * HIGH_WATER_BYTES // 256)
+    runner = await scripted([length_answer(body)], [length_answer(b"{}")])
+    reply = await client.post(url=runner.url, body=b"{}", headers={}, stream=True)
+    await asyncio.sleep(0.2)  # unread, the body fills the buffer and reading pauses
+    try:
+        got = await reply.read()
+    finally:
+        reply.close()
+    assert got == body
+    assert await connections_after_another_call(client, runner) == 1
