@@ -88,6 +88,8 @@ def overdue_phase(
 ) -> tuple[str, float] | None:
     """The phase and its deadline when the current saga step has run too long."""
     phase = projection.status.phase
+    if phase is Phase.PAUSED:
+        return None  # the manual gate waits for a person (plnt promote or abort), not a clock
     deadline = deadlines.get(phase.value)
     if deadline is not None and phase is Phase.PROGRESSING:
         deadline += projection.step_hold_s  # a step's own length is the run's: its spec's

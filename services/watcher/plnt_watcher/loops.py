@@ -27,6 +27,7 @@ from plnt_watcher import logic
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.handlers import SERVICE
 from plnt_watcher.ports import ResourceSource
+from plnt_watcher.requests import OperatorRequests, asks_for_operation
 
 log = get_logger(__name__)
 PENDING_STATUS = {"phase": "Pending"}
@@ -47,6 +48,7 @@ class ResourceLoop:
         self._bus = bus
         self._source = source
         self._projections = projections
+        self._operator_requests = OperatorRequests(bus=bus, source=source, projections=projections)
         # The saga this loop requested per run, with the (uid, generation) it rolls out: the
         # echoes of its own writes before the first fold need no decision (deciding again
         # is only idempotent), and a run gone before that fold still gets its deletion.
@@ -62,6 +64,8 @@ class ResourceLoop:
                 await asyncio.sleep(0.5)
 
     async def _on_change(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
+        if body is not None and asks_for_operation(body):  # a metadata change: no generation
+            await self._operator_requests.handle(namespace, name, body)
         if body is not None and logic.settled(body):
             return  # most changes are our own status writes: nothing to decide
         if body is None:

@@ -26,3 +26,9 @@ class ResourceSource(Protocol):
 
     async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """Replace the status (status subresource); False when the object is gone."""
+
+    async def remove_annotations(self, *, namespace: str, name: str, keys: tuple[str, ...]) -> None:
+        """Drop the annotations ``keys`` (metadata only: the generation stays); gone: no-op."""
+
+    async def request_refused(self, *, run: dict[str, Any], message: str) -> None:
+        """Make a refused operator request visible on the run where the source can."""

@@ -63,6 +63,12 @@ class ConvergingStatus:
     async def release_finalizer(self, *, namespace: str, name: str, finalizer: str) -> None:
         await self._source.release_finalizer(namespace=namespace, name=name, finalizer=finalizer)
 
+    async def remove_annotations(self, *, namespace: str, name: str, keys: tuple[str, ...]) -> None:
+        await self._source.remove_annotations(namespace=namespace, name=name, keys=keys)
+
+    async def request_refused(self, *, run: dict[str, Any], message: str) -> None:
+        await self._source.request_refused(run=run, message=message)
+
     async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """Write the newest projection's status (``status`` when there is none), and again
         while the projection moved on meanwhile. False when the object is gone."""

@@ -39,6 +39,20 @@ class EmbeddedSource:
         with contextlib.suppress(ResourceNotFound):
             await self._store.remove_finalizer(KIND, namespace, name, finalizer)
 
+    async def remove_annotations(self, *, namespace: str, name: str, keys: tuple[str, ...]) -> None:
+        def without(body: dict[str, Any]) -> dict[str, Any]:
+            annotations = body["metadata"].get("annotations") or {}
+            body["metadata"]["annotations"] = {
+                k: v for k, v in annotations.items() if k not in keys
+            }
+            return body
+
+        with contextlib.suppress(ResourceNotFound):
+            await self._store.mutate(KIND, namespace, name, without)
+
+    async def request_refused(self, *, run: dict[str, Any], message: str) -> None:
+        """The embedded store has no Events: the watcher's log line is the record."""
+
     async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
         try:
             await self._store.update_status(KIND, namespace, name, status)

@@ -249,17 +249,7 @@ class KubernetesSource:
             # when the object changed since it was read.
             patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": wanted}}
             try:
-                await call(
-                    self._objects.patch_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    RUNS,
-                    name,
-                    patch,
-                    _content_type=MERGE_PATCH,
-                    _request_timeout=self._timeout,
-                )
+                await self._merge_patch(namespace, name, patch)
             except ResourceNotFound:
                 return
             except Conflict:
@@ -299,6 +289,29 @@ class KubernetesSource:
         await self._edit_finalizers(
             namespace, name, lambda finalizers, _: [f for f in finalizers if f != finalizer]
         )
+
+    async def remove_annotations(self, *, namespace: str, name: str, keys: tuple[str, ...]) -> None:
+        """A merge patch of nulls: removing an annotation twice, or from a gone run, is fine."""
+        patch = {"metadata": {"annotations": dict.fromkeys(keys)}}
+        with contextlib.suppress(ResourceNotFound):
+            await self._merge_patch(namespace, name, patch)
+
+    async def _merge_patch(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        await call(
+            self._objects.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            RUNS,
+            name,
+            patch,
+            _content_type=MERGE_PATCH,
+            _request_timeout=self._timeout,
+        )
+
+    async def request_refused(self, *, run: dict[str, Any], message: str) -> None:
+        if self._recorder is not None:
+            await self._recorder.request_refused(run=run, message=message)
 
     async def write_status(self, *, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """Replace the status through the status subresource, on the version read.

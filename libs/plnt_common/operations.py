@@ -1,0 +1,78 @@
+"""Operator requests (promote, abort, rollback): their annotations and when each applies.
+
+``plnt promote|abort|rollback`` and ``kubectl annotate`` take one path: an annotation on
+the WorkflowRun, which the watcher turns into the request event. Both check a request
+against the run's projection with ``refusal``, so the CLI refuses before it writes and
+the watcher refuses what kubectl wrote, with the same words. Pure: no I/O.
+"""
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from plnt_common.events import EventType
+from plnt_common.projection import RunProjection
+from plnt_common.status import Phase
+
+ANNOTATION_PREFIX = "plnt.work/"
+FULL = "full"
+"""The ``plnt.work/promote`` value that skips the remaining steps (``--full``)."""
+ABORTABLE = frozenset({Phase.SMOKING, Phase.PROGRESSING, Phase.PAUSED})
+
+
+class Operation(StrEnum):
+    PROMOTE = "promote"
+    ABORT = "abort"
+    ROLLBACK = "rollback"
+
+    @property
+    def annotation(self) -> str:
+        return ANNOTATION_PREFIX + self.value
+
+    @property
+    def event_type(self) -> EventType:
+        return REQUEST_EVENTS[self]
+
+
+REQUEST_EVENTS = {
+    Operation.PROMOTE: EventType.PROMOTE_REQUESTED,
+    Operation.ABORT: EventType.ABORT_REQUESTED,
+    Operation.ROLLBACK: EventType.ROLLBACK_REQUESTED,
+}
+
+
+def requested(annotations: Mapping[str, str] | None) -> list[tuple[Operation, str]]:
+    """The operations ``annotations`` ask for, with their values, in a fixed order."""
+    found = annotations or {}
+    return [(op, str(found[op.annotation])) for op in Operation if op.annotation in found]
+
+
+def refusal(
+    operation: Operation,
+    projection: RunProjection | None,
+    *,
+    name: str,
+    full: bool = False,
+    keeps_previous: bool = False,
+) -> str:
+    """Why ``operation`` has nothing to do now; "" when it applies.
+
+    ``keeps_previous``: the run's spec.rollback.keepPreviousFor is set.
+    """
+    phase = projection.status.phase if projection is not None else Phase.PENDING
+    run = f"workflowrun/{name}"
+    if projection is not None and projection.deleting:
+        phase = Phase.DELETING
+    match operation:
+        case Operation.PROMOTE:
+            if phase == Phase.PAUSED or (phase == Phase.PROGRESSING and full):
+                return ""
+            hint = " (--full skips the remaining steps)" if phase == Phase.PROGRESSING else ""
+            return f"{run} has nothing to promote: phase {phase.value}{hint}"
+        case Operation.ABORT:
+            if phase in ABORTABLE:
+                return ""
+            return f"{run} has nothing to abort: phase {phase.value}"
+        case Operation.ROLLBACK:
+            if phase == Phase.READY and keeps_previous:
+                return ""
+            return f"{run} has no previous revision kept to roll back to"
