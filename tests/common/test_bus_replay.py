@@ -2,22 +2,26 @@
 
 import gc
 import random
+from functools import partial
 
+import pytest
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from test_projection import fold_one_by_one, random_history
 
 from plnt_common import subjects
+from plnt_common.bus import replay as replay_module
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_payloads
 from plnt_common.bus.replay import collector_paused, replay
 from plnt_common.events import Envelope, EventType
 
 
-async def store_histories(bus: Bus, *, seed: int, histories: int) -> list[Envelope]:
-    """Generated histories of runs in namespaces ``ns-<i>``, stored as they are: duplicates
-    included (no ``Nats-Msg-Id``)."""
+async def store_histories(bus: Bus, *, seed: int, histories: int, first: int = 0) -> list[Envelope]:
+    """Generated histories of runs in namespaces ``ns-<first + i>``, stored as they are:
+    duplicates included (no ``Nats-Msg-Id``)."""
     rng = random.Random(seed)
-    events = [e for i in range(histories) for e in random_history(rng, namespace=f"ns-{i}")]
+    namespaces = [f"ns-{first + i}" for i in range(histories)]
+    events = [e for namespace in namespaces for e in random_history(rng, namespace=namespace)]
     for event in events:
         subject = subjects.event_subject(event.event_type, event.namespace, event.name)
         await bus.js.publish(subject, event.model_dump_json().encode())
@@ -78,6 +82,25 @@ async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_strea
 
     assert (stats.events, stats.runs) == (len(events) + 1, len(expected))
     stored = await bucket(bus, {*expected, wrong_key, stale_key})
+    assert {key: value for key, (value, _) in stored.items()} == {
+        key: projection.model_dump_json().encode() for key, projection in expected.items()
+    }
+
+
+async def test_replay_folds_every_batch_and_the_events_after_a_poison_message(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = await store_histories(bus, seed=5, histories=6)
+    await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
+    after = await store_histories(bus, seed=6, histories=6, first=6)
+    # small batches: the poison message lands mid-batch and the stream spans many
+    monkeypatch.setattr(replay_module, "read_payloads", partial(read_payloads, batch=7))
+
+    stats = await replay(bus)
+
+    expected, _ = fold_one_by_one([*before, *after])
+    assert (stats.events, stats.runs) == (len(before) + 1 + len(after), len(expected))
+    stored = await bucket(bus, set(expected))
     assert {key: value for key, (value, _) in stored.items()} == {
         key: projection.model_dump_json().encode() for key, projection in expected.items()
     }
