@@ -1,7 +1,8 @@
 """``python -m bench``: every figure in one run, as markdown tables.
 
 Sections: ``deploy`` (the JetStream hops and apply-to-Ready), ``saga``, ``cluster`` (the
-saga on a 3-node NATS beside one node, and leader kills), ``router`` (against nginx
+saga on a 3-node NATS beside one node, and leader kills), ``rollback`` (request to the
+router serving the kept previous revision), ``router`` (against nginx
 and the backend called directly) and ``runner`` (the executor, the step cache,
 backpressure, GPU metrics); ``--only SECTION`` (repeatable) picks some. Each section
 starts its own processes on free ports; the machine and versions are printed so the
@@ -13,23 +14,21 @@ import asyncio
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
 from bench.cluster import cluster_section
-from bench.deploy import apply_to_ready
+from bench.deploy import apply_to_ready, embedded_stack
 from bench.hops import raw_hop, saga_hop
+from bench.rollback import rollback_section
 from bench.saga import saga_section
 from bench.serving import add_arguments, serving_sections
 from bench.stats import summary_ms
-from plnt_cli.supervisor import StackConfig, Supervisor
-from plnt_cli.up import wait_until_ready
 from plnt_common.logs import configure_logging
-from plnt_common.nats_server import NatsServer, free_port, free_ports, nats_server_binary
+from plnt_common.nats_server import NatsServer, free_port, nats_server_binary
 
-SECTIONS = ("deploy", "saga", "cluster", "router", "runner")
+SECTIONS = ("deploy", "saga", "cluster", "rollback", "router", "runner")
 
 
 def machine() -> str:
@@ -67,18 +66,8 @@ async def bus_figures(samples: int) -> list[tuple[str, float, float]]:
 
 
 def deploy_figures(runs: int) -> list[tuple[str, float, float]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        nats_port, router_port = free_ports(2)
-        config = StackConfig(data_dir=Path(tmp), nats_port=nats_port, router_port=router_port)
-        supervisor = Supervisor(
-            config, say=lambda line: print(f"  [stack] {line}", file=sys.stderr)
-        )
-        supervisor.start()
-        try:
-            asyncio.run(wait_until_ready(config))
-            timings = asyncio.run(apply_to_ready(config.nats_url, Path(tmp), runs))
-        finally:
-            supervisor.stop()
+    with embedded_stack() as config:
+        timings = asyncio.run(apply_to_ready(config.nats_url, config.data_dir, runs))
     return [
         (f"apply → Ready, demo workflow ({runs} runs, 10 smoke invocations)", *summary_ms(timings))
     ]
@@ -101,6 +90,7 @@ def main() -> None:
     parser.add_argument(
         "--cluster-kills", type=int, default=10, help="leader kills on the 3-node cluster"
     )
+    parser.add_argument("--rollbacks", type=int, default=20, help="rollbacks measured")
     add_arguments(parser)
     args = parser.parse_args()
     sections = args.only or list(SECTIONS)
@@ -115,7 +105,11 @@ def main() -> None:
         cluster_section(
             sequential_runs=args.saga_sequential, bursts=(100, 300), kills=args.cluster_kills
         )
-    serving_sections([s for s in sections if s not in ("deploy", "saga", "cluster")], args)
+    if "rollback" in sections:
+        rollback_section(args.rollbacks)
+    serving_sections(
+        [s for s in sections if s not in ("deploy", "saga", "cluster", "rollback")], args
+    )
 
 
 def deploy_table(args: argparse.Namespace) -> None:

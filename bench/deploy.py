@@ -1,17 +1,41 @@
 """Apply-to-Ready of the demo's workflow on the real embedded stack, measured N times."""
 
 import asyncio
+import contextlib
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 
+from plnt_cli.supervisor import StackConfig, Supervisor
+from plnt_cli.up import wait_until_ready
 from plnt_common.bus.bus import Bus
+from plnt_common.nats_server import free_ports
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
 from plnt_common.workflow import spec_digest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@contextlib.contextmanager
+def embedded_stack() -> Iterator[StackConfig]:
+    """``plnt up``'s stack in a temporary data directory, ready; stopped on exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        nats_port, router_port = free_ports(2)
+        config = StackConfig(data_dir=Path(tmp), nats_port=nats_port, router_port=router_port)
+        supervisor = Supervisor(
+            config, say=lambda line: print(f"  [stack] {line}", file=sys.stderr)
+        )
+        supervisor.start()
+        try:
+            asyncio.run(wait_until_ready(config))
+            yield config
+        finally:
+            supervisor.stop()
 
 
 async def apply_to_ready(url: str, data_dir: Path, runs: int) -> list[float]:

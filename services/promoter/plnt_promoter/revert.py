@@ -8,6 +8,7 @@ The Ready saga stays ended; every saga still ends exactly once. A redelivery fin
 new attempt recorded and redoes the idempotent rest.
 """
 
+import asyncio
 from datetime import UTC, datetime
 
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
@@ -66,21 +67,21 @@ async def revert(
     """
     namespace, name = cause.namespace, cause.name
     new_saga = revert_saga_id(cause.sagaid, namespace, name)
-    latest = await latest_saga(bus, namespace, name)
-    if latest[0] not in (cause.sagaid, new_saga):
-        log.info("revert.refused", reason="a newer saga replaced the Ready one", latest=latest[0])
-        return False
-    claim = await bus.terminal_claim(cause.sagaid)
+    # the reads at once: a rollback's latency is what it is for
+    latest, claim = await asyncio.gather(
+        latest_saga(bus, namespace, name), bus.terminal_claim(cause.sagaid)
+    )
     if claim is None or claim.event is None or claim.event.event_type is not EventType.RUN_READY:
         log.info("revert.refused", reason="the saga did not end Ready")
         return False
     ready: RunReady = claim.event.payload()
-    if latest[0] == cause.sagaid:  # first delivery: is the previous revision still kept?
-        refused = await _not_kept(bus, claim.event, ready)
-        if refused:
-            log.info("revert.refused", reason=refused)
-            return False
-    kept = await observed(bus, namespace, release_of_revision(name, ready.previous_revision))
+    kept_release = release_of_revision(name, ready.previous_revision)
+    refused, kept = await asyncio.gather(
+        _not_kept(bus, claim.event, ready), observed(bus, namespace, kept_release)
+    )
+    if refused and latest[0] != new_saga:  # (else a redelivery: decided already)
+        log.info("revert.refused", reason=refused)
+        return False
     if kept is None or kept.phase is not ReleasePhase.READY or not kept.url:
         log.info("revert.refused", reason=f"the kept {ready.previous_revision} is not serving")
         return False
