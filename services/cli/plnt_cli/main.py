@@ -9,12 +9,14 @@ from typing import NoReturn, TypeVar
 
 from plnt_cli import arguments, commands
 from plnt_cli.locate import resolve_nats_url
+from plnt_cli.operate import operate
 from plnt_cli.serve import SERVICES, service_main
 from plnt_common import event_loop
 from plnt_common.errors import PlntError
 from plnt_common.logs import configure_logging
 from plnt_common.names import DEFAULT_NAMESPACE
 from plnt_common.nats_server import LOCAL_SYNC_INTERVAL, checked_sync_interval
+from plnt_common.operations import Operation
 
 T = TypeVar("T")
 
@@ -125,6 +127,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("replay", help="rebuild the plnt-runs projection from the stream")
 
+    operations = {
+        Operation.PROMOTE: "pass the manual gate (Paused) and promote the canary now",
+        Operation.ABORT: "roll the in-flight canary back now (RolledBack, reason Aborted)",
+        Operation.ROLLBACK: "move traffic back to the kept previous revision now (Reverted)",
+    }
+    for operation, help_text in operations.items():
+        operate_parser = sub.add_parser(operation.value, help=help_text)
+        operate_parser.add_argument("name", type=arguments.run_name)
+        operate_parser.add_argument(
+            "-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE
+        )
+        if operation is Operation.PROMOTE:
+            operate_parser.add_argument(
+                "--full", action="store_true", help="skip the remaining canary steps"
+            )
+
     invoke = sub.add_parser("invoke", help="call a workflow through the router")
     invoke.add_argument("name", type=arguments.run_name)
     invoke.add_argument("--data", default="{}", help="JSON body, or @file")
@@ -226,6 +244,20 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
         )
     elif command == "invoke":
         return await invoke_command(args)
+    elif command in {op.value for op in Operation}:
+        say(
+            await with_session(
+                nats,
+                lambda s: operate(
+                    s,
+                    Operation(command),
+                    name=args.name,
+                    namespace=args.namespace,
+                    full=bool(getattr(args, "full", False)),
+                    say=say,
+                ),
+            )
+        )
     return 0
 
 

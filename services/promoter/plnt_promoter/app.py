@@ -22,6 +22,8 @@ CONSUMES = (
     EventType.ANALYSIS_PASSED,
     EventType.ANALYSIS_FAILED,
     EventType.STEP_TIMED_OUT,
+    EventType.PROMOTE_REQUESTED,
+    EventType.ABORT_REQUESTED,
     EventType.RUN_DELETED,
 )
 EMITS = (

@@ -1,7 +1,8 @@
 """Promoter handlers: decode, observe the saga and the route, decide, write, publish.
 
 The stepped canary runs here too: ``canary.stepped`` is held (``step_hold``) and answered
-with ``analysis.passed`` or ``analysis.failed``.
+with ``analysis.passed`` or ``analysis.failed``. Operator requests and the manual gate
+are ``control``'s.
 """
 
 import asyncio
@@ -34,6 +35,7 @@ from plnt_common.status import Phase, Reason
 from plnt_promoter import analysis, logic
 from plnt_promoter.adapters.route_table import RouteTable
 from plnt_promoter.adapters.saga_events import last_of_saga
+from plnt_promoter.control import OperatorControl, gated
 from plnt_promoter.step_hold import TICK_S, hold_step
 
 log = get_logger(__name__)
@@ -57,6 +59,9 @@ class PromoterHandlers:
         self._public_url = public_url
         self._figures = figures
         self._tick_s = tick_s
+        self._control = OperatorControl(
+            bus=bus, routes=routes, promote=self._promote, restore=self._restore
+        )
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         match event.event_type:
@@ -99,6 +104,10 @@ class PromoterHandlers:
                     revision = entry.canary.revision if entry and entry.canary else ""
                     message = deadline_passed(timed_out.phase, timed_out.deadline_s)
                     await self._restore(event, revision, "", Reason.STEP_TIMED_OUT, message)
+            case EventType.PROMOTE_REQUESTED:
+                await self._control.on_promote(event)
+            case EventType.ABORT_REQUESTED:
+                await self._control.on_abort(event)
             case EventType.RUN_DELETED:
                 await self._routes.remove(namespace=event.namespace, name=event.name)
                 log.info("route.removed")
@@ -151,6 +160,9 @@ class PromoterHandlers:
         log.info("smoke.passed.decision", verdict=verdict.value)
         if verdict is logic.Verdict.PROMOTE and logic.steps_apply(plan.steps, entry):
             await self._step_to(event, data.canary, plan, step=1)
+            return
+        if verdict is logic.Verdict.PROMOTE and gated(plan) and not plan.steps:
+            log.info("canary.paused", reason="manual gate")
             return
         await self._promote(event, data.canary, verdict, (entry, revision))
 
@@ -257,10 +269,14 @@ class PromoterHandlers:
             canary_revision=data.canary.revision,
             stable_revision=entry.stable.revision if entry.stable else "",
             still_current=still_current,
+            operator_request=lambda: self._control.ending_request(event),
             tick_s=self._tick_s,
         )
         if judgement is None:
             await self._supersede(event, data.canary)
+            return
+        if isinstance(judgement, Envelope):
+            await self._control.end_held_step(event, judgement, data.canary)
             return
         passed = judgement.outcome is analysis.Outcome.PASS
         verdict = AnalysisVerdict(
@@ -297,6 +313,9 @@ class PromoterHandlers:
         verdict = logic.decide_on_pass(state, entry, event.sagaid)
         if verdict is logic.Verdict.WAIT:
             log.info("canary.not_promoted", reason="the canary is out of the route")
+            return
+        if verdict is logic.Verdict.PROMOTE and gated(data.plan):
+            log.info("canary.paused", reason="manual gate")
             return
         await self._promote(event, data.canary, verdict, (entry, revision))
 

@@ -2,7 +2,8 @@
 
 The window starts at the step's first reading of the figures, so a step redelivered after
 a crash starts its window again (the crash costs the time already held). Readings that
-fail are retried at the next tick; a step with no reading for its whole hold fails.
+fail are retried at the next tick; a step with no reading for its whole hold fails. An
+operator's abort or ``promote --full`` ends the hold at the next tick (``control``).
 """
 
 import asyncio
@@ -10,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from plnt_common.errors import PlntError
+from plnt_common.events import Envelope
 from plnt_common.figures import FiguresSource, RevisionTotals, window_by_revision
 from plnt_common.logs import get_logger
 from plnt_common.resources import AnalysisStatus, Canary
@@ -31,15 +33,20 @@ async def hold_step(
     canary_revision: str,
     stable_revision: str,
     still_current: Callable[[], Awaitable[bool]],
+    operator_request: Callable[[], Awaitable[Envelope | None]],
     tick_s: float = TICK_S,
     clock: Callable[[], float] = time.monotonic,
-) -> analysis.Judgement | None:
-    """The step's verdict (PASS or FAIL); None once the saga is no longer current."""
+) -> analysis.Judgement | Envelope | None:
+    """The step's verdict (PASS or FAIL), the operator's request that ended the hold, or
+    None once the saga is no longer current."""
     interval_s = plan.step_interval_s
     started = clock()
     baseline: Mapping[str, RevisionTotals] | None = None
     problem = ""
     while await still_current():
+        request = await operator_request()
+        if request is not None:
+            return request
         try:
             reading = await figures.totals(namespace=namespace, name=name)
         except PlntError as exc:  # the source is away: try again at the next tick

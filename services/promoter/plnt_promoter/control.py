@@ -1,0 +1,122 @@
+"""Operator requests: the manual gate, ``promote.requested`` and ``abort.requested``.
+
+A held step (``step_hold``) keeps its ``canary.stepped`` message in hand, and the
+consumer delivers a run's events in stream order, so a request for that run would queue
+behind the very step it means to end. The hold therefore reads the saga's latest request
+from the stream between ticks (``ending_request``); the request's own delivery, once the
+hold ended, finds the saga answered and does nothing more.
+"""
+
+from collections.abc import Awaitable, Callable
+
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.saga import observe_saga
+from plnt_common.bus.saga_events import last_of_saga
+from plnt_common.events import CanaryRef, Envelope, EventType, OperatorRequest
+from plnt_common.logs import get_logger
+from plnt_common.resources import Canary
+from plnt_common.routes import RouteEntry
+from plnt_common.saga import SagaState
+from plnt_common.status import Reason
+from plnt_promoter import logic
+from plnt_promoter.adapters.route_table import RouteTable
+
+log = get_logger(__name__)
+
+Promote = Callable[
+    [Envelope, CanaryRef, logic.Verdict, tuple[RouteEntry | None, int]], Awaitable[None]
+]
+Restore = Callable[[Envelope, str, str, Reason, str], Awaitable[None]]
+
+
+def gated(plan: Canary) -> bool:
+    """The manual gate holds the canary instead of promoting it."""
+    return plan.manual_gate
+
+
+def aborted_message(request: OperatorRequest) -> str:
+    return f"aborted by the operator ({request.by or 'plnt.work/abort'})"
+
+
+class OperatorControl:
+    """Answers operator requests with the promoter's own promote and restore."""
+
+    def __init__(self, *, bus: Bus, routes: RouteTable, promote: Promote, restore: Restore) -> None:
+        self._bus = bus
+        self._routes = routes
+        self._promote = promote
+        self._restore = restore
+
+    async def ending_request(self, event: Envelope) -> Envelope | None:
+        """The saga's request that ends a held step now: an abort, or a promote --full."""
+        aborted = await last_of_saga(self._bus, EventType.ABORT_REQUESTED, event)
+        if aborted is not None:
+            return aborted
+        promoted = await last_of_saga(self._bus, EventType.PROMOTE_REQUESTED, event)
+        if promoted is not None and promoted.payload().full:
+            return promoted
+        return None
+
+    async def end_held_step(self, event: Envelope, request: Envelope, canary: CanaryRef) -> None:
+        """End the held step ``event`` as ``request`` asks."""
+        log.info("step.ended_by_operator", request=request.event_type.value)
+        if request.event_type is EventType.ABORT_REQUESTED:
+            await self._abort(event, canary, request.payload())
+            return
+        await self._promote_now(event, canary)
+
+    async def on_promote(self, event: Envelope) -> None:
+        """Pass the gate (or, with ``full``, skip the remaining steps): promote now."""
+        request: OperatorRequest = event.payload()
+        if await observe_saga(self._bus, event) is not SagaState.CURRENT:
+            log.info("promote.ignored", reason="the saga ended or was superseded")
+            return
+        installed = await last_of_saga(self._bus, EventType.CANARY_INSTALLED, event)
+        if installed is None:
+            log.info("promote.ignored", reason="no canary installed")
+            return
+        canary: CanaryRef = installed.payload().canary
+        if not request.full and not await self._at_gate(event, installed):
+            log.info("promote.ignored", reason="the run is not waiting at the manual gate")
+            return
+        await self._promote_now(event, canary)
+
+    async def on_abort(self, event: Envelope) -> None:
+        """Take this saga's canary out now; the installer then ends the saga RolledBack."""
+        if await observe_saga(self._bus, event) is not SagaState.CURRENT:
+            log.info("abort.ignored", reason="the saga ended or was superseded")
+            return
+        if await last_of_saga(self._bus, EventType.ROUTE_RESTORED, event) is not None:
+            log.info("abort.ignored", reason="the canary is already out of the route")
+            return
+        installed = await last_of_saga(self._bus, EventType.CANARY_INSTALLED, event)
+        canary = installed.payload().canary if installed else None
+        request: OperatorRequest = event.payload()
+        if canary is None:
+            await self._restore(event, "", "", Reason.ABORTED, aborted_message(request))
+            return
+        await self._abort(event, canary, request)
+
+    async def _abort(self, event: Envelope, canary: CanaryRef, request: OperatorRequest) -> None:
+        await self._restore(
+            event, canary.revision, canary.release, Reason.ABORTED, aborted_message(request)
+        )
+
+    async def _promote_now(self, event: Envelope, canary: CanaryRef) -> None:
+        state = await observe_saga(self._bus, event)
+        read = await self._routes.get(namespace=event.namespace, name=event.name)
+        verdict = logic.decide_on_pass(state, read[0], event.sagaid)
+        if verdict is logic.Verdict.WAIT:
+            log.info("canary.not_promoted", reason="the canary is out of the route")
+            return
+        await self._promote(event, canary, verdict, read)
+
+    async def _at_gate(self, event: Envelope, installed: Envelope) -> bool:
+        """Every step passed (or the smoke test, without steps) and the gate holds."""
+        plan: Canary = installed.payload().run.spec.canary
+        if not gated(plan):
+            return False
+        if not plan.steps:
+            return await last_of_saga(self._bus, EventType.SMOKE_PASSED, event) is not None
+        passed = await last_of_saga(self._bus, EventType.ANALYSIS_PASSED, event)
+        return passed is not None and passed.payload().step >= len(plan.steps)
