@@ -12,7 +12,7 @@ import os
 
 from faststream import FastStream
 from faststream.middlewares import AckPolicy
-from faststream.nats import JStream, NatsBroker, PullSub
+from faststream.nats import JStream, NatsBroker
 from nats.js import api
 
 from plnt_common.events import Envelope, EventType
@@ -24,15 +24,16 @@ TERMINAL = {
     EventType.RUN_REMOVED: "removed",
 }
 
+DURABLE = os.environ.get("SAGA_PROGRESS_DURABLE", "saga-progress")
 broker = NatsBroker(os.environ.get("PLNT_NATS_URL", "nats://127.0.0.1:4222"))
 app = FastStream(broker)
 
 
 @broker.subscriber(
+    "plnt.evt.>",
     stream=JStream("PLNT_EVENTS", declare=False),  # plnt provisions the stream
-    durable=os.environ.get("SAGA_PROGRESS_DURABLE", "saga-progress"),
-    config=api.ConsumerConfig(filter_subjects=["plnt.evt.>"]),
-    pull_sub=PullSub(batch_size=64),
+    queue=DURABLE,  # the durable's name: copies of the program share its events
+    deliver_policy=api.DeliverPolicy.ALL,
     ack_policy=AckPolicy.ACK,  # ack once the line is printed, whatever happened
 )
 async def print_progress(event: Envelope) -> None:

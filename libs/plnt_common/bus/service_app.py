@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
-from faststream import Context, FastStream
+from faststream import FastStream
 from faststream.middlewares import AckPolicy
 from faststream.nats import JStream, NatsBroker, PullSub
-from faststream.nats.annotations import NatsMessage
+from faststream.nats.message import NatsMessage
 from faststream.nats.subscriber.usecases.stream_pull_subscriber import PullStreamSubscriber
 from nats.aio.client import Client
 from nats.js import api
@@ -34,7 +34,6 @@ from plnt_common.events import EVENT_DATA, TYPE_PREFIX, Envelope, EventType
 DELIVERY = "plnt_delivery"
 """The FastStream context key of the ``Delivery`` of the message being handled."""
 
-_DELIVERY_IN_CONTEXT = Context(DELIVERY, default=None)
 _STREAM = JStream(subjects.STREAM, declare=False)  # provisioned by ``plnt_common.bus.provision``
 
 
@@ -92,6 +91,10 @@ class FeedSubscriber(PullStreamSubscriber):
             await task
             feed.stop = asyncio.Event()
         await super().stop()
+
+    def local(self, key: str) -> Any:
+        """A value of the message being handled from FastStream's context, or None."""
+        return self._outer_config.context.get_local(key)
 
     async def _dispatch(self, envelope: Envelope, delivery: Delivery) -> None:
         del envelope  # FastStream decodes the message itself, into the handler's model
@@ -174,12 +177,12 @@ def declare_service(
     feed_subscriber: FeedSubscriber = subscriber  # type: ignore[assignment]
     feed_subscriber._feed = None
 
-    async def on_event(
-        envelope: Envelope,
-        message: NatsMessage,
-        delivery: Delivery | None = _DELIVERY_IN_CONTEXT,
-    ) -> None:
+    # The delivery is read from the context here, not injected as a parameter: FastDepends
+    # resolves an injected context field in a worker thread, about a millisecond a message.
+    async def on_event(envelope: Envelope) -> None:
+        delivery: Delivery | None = feed_subscriber.local(DELIVERY)
         if delivery is None:  # not fed by EventConsumer (FastStream's in-memory broker)
+            message: NatsMessage = feed_subscriber.local("message")
             delivery = Delivery(msg=message.raw_message, attempt=1)
         await handler(envelope, delivery)
 
