@@ -292,6 +292,34 @@ async def test_refusals_and_bad_arguments_are_one_line(
     assert code == 2 and "--full" in err and len(err.strip().splitlines()) == 1
 
 
+async def test_a_spec_change_while_paused_ends_the_paused_saga_superseded(
+    client: Client, registry: Path
+) -> None:
+    name = "gate-changed"
+    document = await ready_stable(client, registry, name)
+    await client.apply(gated(document))
+    await client.wait_phase(name, "Paused", generation=2, timeout_s=60)
+    third = copy.deepcopy(document)
+    third["spec"]["canary"]["trafficPercent"] = 20
+    await client.apply(third)
+    body = await client.wait_phase(name, "Ready", generation=3, timeout_s=60)
+    assert body["status"]["revision"] == "1.0.0-g3"
+    for _ in range(100):  # the paused saga ends too, once
+        events = await saga_events(client, name, f"default.{name}.2.1")
+        if any(e.event_type.is_terminal for e in events):
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)
+    events = await saga_events(client, name, f"default.{name}.2.1")
+    terminals = [(e.event_type, e.data["reason"]) for e in events if e.event_type.is_terminal]
+    assert terminals == [(EventType.RUN_ROLLED_BACK, "Superseded")]
+    for _ in range(100):  # and its canary release is removed
+        if not [key for key in await client.release_keys(name) if key.endswith("-g2")]:
+            break
+        await asyncio.sleep(0.1)
+    assert [key for key in await client.release_keys(name) if key.endswith("-g2")] == []
+
+
 async def test_a_delete_while_paused_removes_the_run(client: Client, registry: Path) -> None:
     name = "gate-deleted"
     await paused(client, registry, name)

@@ -14,6 +14,8 @@ from plnt_common.bus.saga import observe_saga
 from plnt_common.bus.saga_events import last_of_saga
 from plnt_common.events import CanaryRef, Envelope, EventType, OperatorRequest
 from plnt_common.logs import get_logger
+from plnt_common.messages import SUPERSEDED
+from plnt_common.projection import saga_order
 from plnt_common.resources import Canary
 from plnt_common.routes import RouteEntry
 from plnt_common.saga import SagaState
@@ -96,6 +98,20 @@ class OperatorControl:
             await self._restore(event, "", "", Reason.ABORTED, aborted_message(request))
             return
         await self._abort(event, canary, request)
+
+    async def supersede_waiting(self, event: Envelope) -> None:
+        """An older saga's canary still in the route when ``event``'s canary arrives is
+        waiting at the gate (a step or a smoke test would end it themselves): end it
+        Superseded, so every saga still ends once."""
+        entry, _ = await self._routes.get(namespace=event.namespace, name=event.name)
+        waiting = entry.canary if entry is not None else None
+        if waiting is None or saga_order(waiting.saga_id) >= saga_order(event.sagaid):
+            return
+        older = event.model_copy(
+            update={"sagaid": waiting.saga_id, "generation": saga_order(waiting.saga_id)[0]}
+        )
+        log.info("canary.superseded_at_gate", sagaid=waiting.saga_id)
+        await self._restore(older, waiting.revision, waiting.release, Reason.SUPERSEDED, SUPERSEDED)
 
     async def _abort(self, event: Envelope, canary: CanaryRef, request: OperatorRequest) -> None:
         await self._restore(

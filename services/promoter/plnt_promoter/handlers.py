@@ -132,6 +132,7 @@ class PromoterHandlers:
             log.info("canary.not_routed", reason="saga superseded or ended")
             return
         canary = logic.target(data.canary, event.sagaid)
+        await self._control.supersede_waiting(event)
 
         def add(entry: RouteEntry | None) -> RouteEntry | None:
             return logic.with_canary(
