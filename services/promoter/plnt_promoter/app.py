@@ -24,6 +24,8 @@ CONSUMES = (
     EventType.STEP_TIMED_OUT,
     EventType.PROMOTE_REQUESTED,
     EventType.ABORT_REQUESTED,
+    EventType.RUN_READY,
+    EventType.ROLLBACK_REQUESTED,
     EventType.RUN_DELETED,
 )
 EMITS = (
@@ -32,6 +34,7 @@ EMITS = (
     EventType.ANALYSIS_FAILED,
     EventType.RUN_READY,
     EventType.ROUTE_RESTORED,
+    EventType.RUN_REVERTED,
 )
 
 
