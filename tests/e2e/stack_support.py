@@ -14,15 +14,18 @@ import yaml
 from aiohttp import web
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
+from plnt_cli.commands import Session, replay
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_events
 from plnt_common.events import Envelope
 from plnt_common.nats_server import free_port
+from plnt_common.projection import RunProjection
 from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
 from plnt_common.workflow import spec_digest
+from plnt_testkit.projections import stored_projections
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BACKEND = "gpu-cluster-01"
@@ -206,3 +209,19 @@ async def delayed_endpoint(delay_s: float) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}/"
     finally:
         await runner.cleanup()
+
+
+async def replayed_projections(
+    client: Client, nats_url: str
+) -> tuple[dict[str, RunProjection], dict[str, RunProjection]]:
+    """(the stored projections, the same after purging them and `plnt replay`)."""
+    await asyncio.sleep(0.5)  # the runs are settled; let the watcher finish writing
+    before = await stored_projections(client.bus.nc)
+    for key in before:
+        await client.bus.runs.purge(key)
+    session = await Session.open(nats_url)
+    try:
+        await replay(session)
+    finally:
+        await session.close()
+    return before, await stored_projections(client.bus.nc)

@@ -1,0 +1,246 @@
+"""Instant rollback on the real stack: the previous revision kept at 0 % after promotion,
+`rollback.requested` moving the route back to it at once, the post-promotion guard
+reverting a revision that fails live calls, every service its own process."""
+
+import asyncio
+import copy
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from canary_load import Load, parking_only_upstream
+from side_effects import counting_env, side_effects, side_effects_since
+from stack_fixtures import start_stack
+from stack_support import (
+    Client,
+    publish_spec,
+    replayed_projections,
+    run_document,
+    workflow_named,
+)
+from test_e2e_llm_and_ops import alive
+from test_e2e_manual_gate import plnt_process, refused_line
+
+from plnt_cli.supervisor import Supervisor
+from plnt_common.events import EventType, OperatorRequest, new_event
+
+STABLE, NEXT = "1.0.0-g1", "2.0.0-g2"
+SWITCH_BOUND_S = 1.0
+"""From the request to the router answering from the previous revision (the KV write, the
+router's watch; the benchmark measures it)."""
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("rollback-metrics")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, counted: Path) -> Iterator[Supervisor]:
+    supervisor = start_stack(tmp_path_factory.mktemp("rollback"), env=counting_env(counted))
+    yield supervisor
+    supervisor.stop()
+
+
+def second_version(document: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(document)
+    changed["spec"]["workflow"]["ref"] = changed["spec"]["workflow"]["ref"].replace(
+        "@1.0.0", "@2.0.0"
+    )
+    changed["spec"].update(spec)
+    return changed
+
+
+async def two_versions(
+    client: Client, registry: Path, name: str, *, canary_steps: Any = None, **spec: Any
+) -> dict[str, Any]:
+    """1.0.0 Ready, then 2.0.0 applied with ``spec`` and Ready; the 2.0.0 document."""
+    publish_spec(registry, workflow_named(name))
+    publish_spec(registry, workflow_named(name, "2.0.0", steps=canary_steps))
+    document = run_document(name, registry=registry)
+    await client.apply(document)
+    await client.wait_phase(name, "Ready")
+    changed = second_version(document, **spec)
+    await client.apply(changed)
+    await client.wait_phase(name, "Ready", generation=2)
+    return changed
+
+
+async def request_rollback(client: Client, name: str) -> None:
+    """Publish ``rollback.requested`` under the Ready saga's id, as the watcher does."""
+    event = new_event(
+        EventType.ROLLBACK_REQUESTED,
+        OperatorRequest(by="test"),
+        namespace="default",
+        name=name,
+        sagaid=f"default.{name}.2.1",
+        generation=2,
+        source="test",
+    )
+    await client.bus.publish(event)
+
+
+async def terminals_by_saga(client: Client, name: str) -> dict[str, list[EventType]]:
+    ended: dict[str, list[EventType]] = {}
+    for event in await client.events(name):
+        if event.event_type.is_terminal:
+            ended.setdefault(event.sagaid, []).append(event.event_type)
+    return ended
+
+
+def released(name: str, generation: int) -> list[str]:
+    """The release keys of a run left with one release."""
+    return [f"desired.default.{name}-g{generation}", f"observed.default.{name}-g{generation}"]
+
+
+async def wait_released(client: Client, name: str, keys: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while await client.release_keys(name) != keys:
+        assert time.monotonic() < deadline, f"releases {await client.release_keys(name)}"
+        await asyncio.sleep(0.1)
+
+
+async def test_the_previous_revision_stays_up_for_the_keep_window_then_is_retired(
+    client: Client, registry: Path
+) -> None:
+    name = "keep-window"
+    await two_versions(client, registry, name, rollback={"keepPreviousFor": "3s"})
+    ready_at = time.monotonic()
+    first, second = await client.observed_pids(name)
+    assert alive(first) and alive(second)
+    await wait_released(client, name, released(name, 2), 15)
+    assert time.monotonic() - ready_at >= 1.5  # kept for the window, not retired at once
+    for _ in range(50):
+        if not alive(first):
+            break
+        await asyncio.sleep(0.1)
+    assert not alive(first) and alive(second)
+
+
+async def test_plnt_rollback_moves_the_router_back_at_once_and_ends_reverted_once(
+    client: Client, registry: Path, counted: Path, stack: Supervisor
+) -> None:
+    name = "rollback-now"
+    await two_versions(client, registry, name, rollback={"keepPreviousFor": "60s"})
+    endpoint = (await client.status(name))["endpoint"]
+    before = side_effects(counted)
+    load = Load(endpoint, concurrency=4)
+    async with load.running():
+        await asyncio.sleep(0.5)
+        code, out, err = await plnt_process(stack, "rollback", name)
+        await asyncio.sleep(0.5)
+    assert code == 0, (out, err)
+    assert out.splitlines()[-1] == f"workflowrun/{name} rolled back: phase Reverted"
+    # from the request event (the watcher publishes it for the CLI) to the router's switch
+    request = next(e for e in await client.events(name) if e.type.endswith("rollback.requested"))
+    requested = request.time.timestamp() - time.time() + time.monotonic()
+    served_next = [c for c in load.calls if c.revision == NEXT]
+    assert served_next, "the promoted revision served before the rollback"
+    switched = max(c.ended for c in served_next) - requested
+    assert switched < SWITCH_BOUND_S, f"the router served {NEXT} {switched:.3f}s after"
+    assert load.calls[-1].revision == STABLE
+    assert all(c.status == 200 for c in load.calls)
+    body = await client.wait_phase(name, "Reverted", generation=2, timeout_s=5)
+    status = body["status"]
+    assert status["revision"] == STABLE
+    assert status["message"].startswith(
+        f"reverted {NEXT} to {STABLE}: rollback requested by plnt.work/rollback="
+    )
+    assert await terminals_by_saga(client, name) == {
+        f"default.{name}.1.1": [EventType.RUN_READY],
+        f"default.{name}.2.1": [EventType.RUN_READY],
+        f"default.{name}.2.2": [EventType.RUN_REVERTED],
+    }
+    await wait_released(client, name, released(name, 1), 10)
+    assert side_effects_since(counted, before) == {
+        ("promoter", "route_write"): 1,
+        ("promoter", "terminal_claim"): 1,
+        ("installer", "release_retirement"): 1,
+    }
+
+
+async def test_a_rollback_with_nothing_kept_does_nothing(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    name = "rollback-none"
+    await two_versions(client, registry, name)
+    # without keepPreviousFor the previous revision is retired at promotion
+    await wait_released(client, name, released(name, 2), 5)
+    refused = refused_line(await plnt_process(stack, "rollback", name))
+    assert refused == f"plnt: workflowrun/{name} has no previous revision kept to roll back to"
+    await request_rollback(client, name)  # as if the request came anyway: the promoter refuses
+    await asyncio.sleep(1.5)
+    status = await client.status(name)
+    assert (status["phase"], status["revision"]) == ("Ready", NEXT)
+    assert f"default.{name}.2.2" not in await terminals_by_saga(client, name)
+
+
+async def test_the_guard_reverts_a_revision_failing_live_calls_after_promotion(
+    client: Client, registry: Path
+) -> None:
+    name = "guarded"
+    async with parking_only_upstream() as upstream:
+        steps = [{"id": "judge", "tool": "http.request", "with": {"url": upstream}}]
+        publish_spec(registry, workflow_named(name))
+        publish_spec(registry, workflow_named(name, "2.0.0", steps=steps))
+        document = run_document(name, registry=registry)
+        await client.apply(document)
+        await client.wait_phase(name, "Ready")
+        endpoint = (await client.status(name))["endpoint"]
+        guarded = second_version(
+            document,
+            guard={"window": "3s", "maxErrorPercent": 2},
+            rollback={"keepPreviousFor": "10s"},
+        )
+        load = Load(endpoint, concurrency=4)
+        async with load.running():
+            await client.apply(guarded)
+            body = await client.wait_phase(name, "Reverted", generation=2, timeout_s=60)
+            settled = time.monotonic()
+            await asyncio.sleep(0.5)
+    status = body["status"]
+    assert status["revision"] == STABLE
+    assert status["message"].startswith(f"reverted {NEXT} to {STABLE}: guard failed after ")
+    assert "maxErrorPercent 2" in status["message"]
+    events = await client.events(name)
+    times = {(e.sagaid, e.event_type): e.time for e in events}
+    ready = times[(f"default.{name}.2.1", EventType.RUN_READY)]
+    reverted = times[(f"default.{name}.2.2", EventType.RUN_REVERTED)]
+    assert (reverted - ready).total_seconds() < 2.5  # the moment it broke, not the window's end
+    assert (
+        next(e for e in events if e.event_type is EventType.RUN_REVERTED).data["reason"]
+        == "GuardFailed"
+    )
+    assert all(c.revision == STABLE for c in load.calls if c.started > settled)
+    assert {c.status for c in load.calls if c.revision == NEXT} == {500}
+
+
+async def test_replay_rebuilds_the_projection_of_reverted_runs(
+    client: Client, stack: Supervisor
+) -> None:
+    before, replayed = await replayed_projections(client, stack.config.nats_url)
+    assert any(p.status.phase == "Reverted" for p in before.values())
+    assert replayed == before
+
+
+@pytest.mark.slow
+async def test_an_installer_killed_in_the_keep_window_still_retires_the_previous_later(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    name = "keep-kill"
+    await two_versions(client, registry, name, rollback={"keepPreviousFor": "2s"})
+    installer = next(p for p in stack.services() if p.name == "installer")
+    os.kill(installer.pid, signal.SIGKILL)
+    first, _ = await client.observed_pids(name)
+    # the held run.ready comes back after the consumer's ack wait; the window has passed
+    await wait_released(client, name, released(name, 2), 60)
+    for _ in range(50):
+        if not alive(first):
+            break
+        await asyncio.sleep(0.1)
+    assert not alive(first)
+    assert installer.restarts >= 1
