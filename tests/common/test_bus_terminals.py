@@ -7,6 +7,7 @@ publishes nothing, so the stream holds one terminal per saga, the claimed one.
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import structlog.testing
@@ -36,6 +37,7 @@ from plnt_common.events import (
 from plnt_common.figures import RevisionTotals
 from plnt_common.releases import DesiredRelease, ObservedRelease
 from plnt_common.resources import WorkflowRunSpec
+from plnt_common.routes import RouteEntry
 from plnt_common.saga import SagaState, TerminalClaim
 from plnt_common.status import Reason
 from plnt_installer.handlers import InstallerHandlers
@@ -330,18 +332,10 @@ def hold_the_claim(bus: Bus) -> tuple[asyncio.Event, asyncio.Event]:
     return reached, release
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the promoter writes the promotion before it claims run.ready: a compensation "
-    "that claims in between ends the saga failed with all traffic on its canary",
-)
-async def test_a_promotion_whose_terminal_claim_loses_leaves_no_traffic_on_the_canary(
-    replicas: tuple[Bus, Bus],
-) -> None:
-    """Two promoter replicas: one promotes on smoke.passed and is slow to claim run.ready;
-    the other compensates the smoke step's timeout, and the installer ends the saga
-    first. Whatever wins, the route and the terminal must tell the same story."""
-    promoter_bus, other_bus = replicas
+def compensation_for(
+    promoter_bus: Bus, other_bus: Bus
+) -> tuple[PromoterHandlers, PromoterHandlers, InstallerHandlers]:
+    """Two promoter replicas (one on each bus) and an installer on ``other_bus``."""
     promoting, compensating = (
         PromoterHandlers(
             bus=bus, routes=RouteTable(bus.routes), public_url="http://router", figures=NoFigures()
@@ -354,30 +348,90 @@ async def test_a_promotion_whose_terminal_claim_loses_leaves_no_traffic_on_the_c
         ready_timeout_s=1,
         uninstall_timeout_s=1,
     )
+    return promoting, compensating, installer
+
+
+async def restored_events(bus: Bus, name: str) -> list[Envelope]:
+    return [
+        stored.event
+        async for stored in read_events(bus.nc, filter_subject=subjects.run_filter("default", name))
+        if stored.event is not None and stored.event.event_type is EventType.ROUTE_RESTORED
+    ]
+
+
+def smoke_deadline(installed: Envelope) -> Envelope:
+    deadline = StepTimedOut(phase="Smoking", deadline_s=1)
+    return follow_up(installed, EventType.STEP_TIMED_OUT, deadline, source="t")
+
+
+async def test_a_restore_after_the_promotion_wrote_the_route_ends_the_saga_ready(
+    replicas: tuple[Bus, Bus],
+) -> None:
+    """Two promoter replicas: one promotes on smoke.passed and is slow to claim run.ready;
+    the other compensates the smoke step's timeout. The promotion is in the route first, so
+    the restore changes nothing, publishes no route.restored (the installer would uninstall
+    the serving canary), and the saga ends Ready whichever replica claims."""
+    promoter_bus, other_bus = replicas
+    promoting, compensating, installer = compensation_for(promoter_bus, other_bus)
     cause = requested("promoted-then-lost")
     installed, passed = await canary_routed(promoting, promoter_bus, cause)
     reached, release = hold_the_claim(promoter_bus)
     promotion = asyncio.create_task(promoting.handle(passed, DELIVERY))
     await asyncio.wait_for(reached.wait(), timeout=10)  # the route is promoted by now
 
-    deadline = StepTimedOut(phase="Smoking", deadline_s=1)
-    timed_out = follow_up(installed, EventType.STEP_TIMED_OUT, deadline, source="t")
-    await compensating.handle(timed_out, DELIVERY)
-    restored = [
-        stored.event
-        async for stored in read_events(
-            other_bus.nc, filter_subject=subjects.run_filter("default", cause.name)
-        )
-        if stored.event is not None and stored.event.event_type is EventType.ROUTE_RESTORED
-    ]
-    assert len(restored) == 1
-    await installer.handle(restored[0], DELIVERY)
+    await compensating.handle(smoke_deadline(installed), DELIVERY)
+    for restored in await restored_events(other_bus, cause.name):
+        await installer.handle(restored, DELIVERY)
     release.set()
     await promotion
 
-    claim = await promoter_bus.terminal_claim(cause.sagaid)
-    assert claim is not None
+    assert await restored_events(other_bus, cause.name) == []
+    terminals = await terminals_of(promoter_bus, cause.name)
+    assert [e.event_type for e in terminals] == [EventType.RUN_READY]
     entry, _ = await RouteTable(promoter_bus.routes).get(namespace="default", name=cause.name)
-    stable = entry.stable if entry else None
-    on_the_canary = stable is not None and stable.saga_id == cause.sagaid
-    assert claim.event_type == EventType.RUN_READY or not on_the_canary, (claim, entry)
+    assert entry is not None
+    assert entry.stable is not None
+    assert entry.stable.saga_id == cause.sagaid
+
+
+def hold_the_route_writes(routes: RouteTable) -> tuple[asyncio.Event, asyncio.Event]:
+    """Park ``routes``' writes: (set when one is about to write, set to let it go)."""
+    reached, release = asyncio.Event(), asyncio.Event()
+    update = routes.update
+
+    async def held(**change: Any) -> RouteEntry | None:
+        reached.set()
+        await asyncio.wait_for(release.wait(), timeout=10)
+        return await update(**change)
+
+    routes.update = held  # type: ignore[method-assign]
+    return reached, release
+
+
+async def test_a_promotion_after_the_restore_wrote_the_route_publishes_nothing(
+    replicas: tuple[Bus, Bus],
+) -> None:
+    """The reverse order: the promoter decided to promote, then the other replica's
+    restore took the canary out before the promotion's route write. The promotion must
+    neither write nor claim run.ready (a Ready saga on a canary the installer is removing);
+    the compensation ends the saga."""
+    promoter_bus, other_bus = replicas
+    promoting, compensating, installer = compensation_for(promoter_bus, other_bus)
+    cause = requested("restored-then-promoted")
+    installed, passed = await canary_routed(promoting, promoter_bus, cause)
+    reached, release = hold_the_route_writes(promoting._routes)
+    promotion = asyncio.create_task(promoting.handle(passed, DELIVERY))
+    await asyncio.wait_for(reached.wait(), timeout=10)  # decided: PROMOTE
+
+    await compensating.handle(smoke_deadline(installed), DELIVERY)
+    release.set()
+    await promotion
+    (restored,) = await restored_events(other_bus, cause.name)
+    await installer.handle(restored, DELIVERY)
+
+    terminals = await terminals_of(promoter_bus, cause.name)
+    assert [e.event_type for e in terminals] == [EventType.RUN_FAILED]  # nothing to roll back to
+    entry, _ = await RouteTable(promoter_bus.routes).get(namespace="default", name=cause.name)
+    assert entry is not None
+    assert entry.stable is None
+    assert entry.canary is None

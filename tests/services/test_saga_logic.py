@@ -447,3 +447,12 @@ def test_a_route_target_keeps_the_canarys_release_and_the_entry_its_endpoint() -
     assert fresh is not None and fresh.endpoint == "http://new"
     assert added is not None
     assert promoter.promoted(added, "http://newer").endpoint == "http://newer"
+
+
+def test_promoted_by_names_the_saga_whose_canary_became_the_stable() -> None:
+    promoted = RouteEntry(namespace="default", name="wf", stable=CANARY)
+    assert promoter.promoted_by(promoted, CANARY.saga_id)
+    assert not promoter.promoted_by(promoted, "default.wf.9.1")
+    routed = RouteEntry(namespace="default", name="wf", stable=STABLE, canary=CANARY)
+    assert not promoter.promoted_by(routed, CANARY.saga_id)
+    assert not promoter.promoted_by(None, CANARY.saga_id)

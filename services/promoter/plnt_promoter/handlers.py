@@ -29,7 +29,7 @@ from plnt_common.figures import FiguresSource
 from plnt_common.logs import get_logger
 from plnt_common.messages import SUPERSEDED, deadline_passed
 from plnt_common.resources import Canary
-from plnt_common.routes import RouteEntry
+from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
 from plnt_promoter import analysis, guard, logic, revert
@@ -115,7 +115,6 @@ class PromoterHandlers:
             case EventType.ROLLBACK_REQUESTED:
                 await revert.rollback(self._bus, self._routes, event)
             case EventType.RUN_DELETED:
-                await self._control.supersede_waiting(event)
                 await self._routes.remove(namespace=event.namespace, name=event.name)
                 log.info("route.removed")
 
@@ -200,9 +199,13 @@ class PromoterHandlers:
                 assert current is not None
                 return logic.promoted(current, endpoint)
 
-            await self._routes.update(
+            after = await self._routes.update(
                 namespace=event.namespace, name=event.name, change=promote, read=read
             )
+            if not logic.promoted_by(after, event.sagaid):
+                # a restore of this saga wrote the route first: it ends the saga, not us
+                log.info("canary.not_promoted", reason="the canary was taken out first")
+                return
         ready = RunReady(
             revision=canary.revision,
             endpoint=self._endpoint(event),
@@ -345,6 +348,16 @@ class PromoterHandlers:
             SUPERSEDED,
         )
 
+    async def _end_promoted(self, event: Envelope, stable: RouteTarget, endpoint: str) -> None:
+        """A restore that found the saga's canary promoted already: the promotion won the
+        route, so the saga ends Ready (the promoting delivery's claim, or this one's when
+        that delivery is gone)."""
+        log.info("route.not_restored", reason="the canary was promoted first")
+        ready = RunReady(revision=stable.revision, endpoint=endpoint or self._endpoint(event))
+        await self._bus.publish_terminal(
+            follow_up(event, EventType.RUN_READY, ready, source=SERVICE)
+        )
+
     async def _restore(
         self, event: Envelope, revision: str, release: str, reason: Reason, message: str
     ) -> None:
@@ -362,6 +375,15 @@ class PromoterHandlers:
         entry = await self._routes.update(
             namespace=event.namespace, name=event.name, change=restore
         )
+        # the route is where a promotion and a restore of one saga race, and the first
+        # write wins: a canary promoted already stays, and the saga ends Ready
+        if (
+            entry is not None
+            and entry.stable is not None
+            and logic.promoted_by(entry, event.sagaid)
+        ):
+            await self._end_promoted(event, entry.stable, entry.endpoint)
+            return
         restored = RouteRestored(
             revision=revision,
             release=release,

@@ -100,6 +100,11 @@ def canary_is_routed(entry: RouteEntry | None, saga_id: str) -> bool:
     return entry is not None and entry.canary is not None and entry.canary.saga_id == saga_id
 
 
+def promoted_by(entry: RouteEntry | None, saga_id: str) -> bool:
+    """This saga's canary is the stable revision: its promotion is in the route."""
+    return entry is not None and entry.stable is not None and entry.stable.saga_id == saga_id
+
+
 def promoted(entry: RouteEntry, endpoint: str) -> RouteEntry:
     """All traffic on the canary, which becomes the stable revision."""
     return entry.model_copy(
