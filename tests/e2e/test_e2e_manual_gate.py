@@ -331,6 +331,10 @@ async def test_a_delete_while_paused_removes_the_run(client: Client, registry: P
         await asyncio.sleep(0.1)
     assert await route_of(client, name) is None
     assert await client.release_keys(name) == []
+    await asyncio.sleep(0.5)
+    events = await saga_events(client, name, f"default.{name}.2.1")
+    terminals = [(e.event_type, e.data["reason"]) for e in events if e.event_type.is_terminal]
+    assert terminals == [(EventType.RUN_ROLLED_BACK, "Superseded")]  # the paused saga ends too
 
 
 @pytest.mark.slow  # waits out the promoter's restart

@@ -100,9 +100,9 @@ class OperatorControl:
         await self._abort(event, canary, request)
 
     async def supersede_waiting(self, event: Envelope) -> None:
-        """An older saga's canary still in the route when ``event``'s canary arrives is
-        waiting at the gate (a step or a smoke test would end it themselves): end it
-        Superseded, so every saga still ends once."""
+        """An older saga's canary still in the route when ``event`` (a newer saga's
+        canary.installed or run.deleted) arrives is waiting at the gate (a step or a smoke
+        test would end its saga itself): end it Superseded, so every saga ends once."""
         entry, _ = await self._routes.get(namespace=event.namespace, name=event.name)
         waiting = entry.canary if entry is not None else None
         if waiting is None or saga_order(waiting.saga_id) >= saga_order(event.sagaid):
