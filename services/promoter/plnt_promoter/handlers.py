@@ -115,6 +115,7 @@ class PromoterHandlers:
             case EventType.ROLLBACK_REQUESTED:
                 await revert.rollback(self._bus, self._routes, event)
             case EventType.RUN_DELETED:
+                await self._control.supersede_waiting(event)
                 await self._routes.remove(namespace=event.namespace, name=event.name)
                 log.info("route.removed")
 
