@@ -219,6 +219,30 @@ async def test_the_guard_reverts_a_revision_failing_live_calls_after_promotion(
     assert {c.status for c in load.calls if c.revision == NEXT} == {500}
 
 
+async def test_a_rollback_during_the_guard_ends_it_and_reverts_at_once(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    name = "guarded-rollback"
+    await two_versions(
+        client,
+        registry,
+        name,
+        guard={"window": "30s"},
+        rollback={"keepPreviousFor": "60s"},
+    )
+    started = time.monotonic()
+    code, out, err = await plnt_process(stack, "rollback", name)
+    assert code == 0, (out, err)
+    assert time.monotonic() - started < 10  # not behind the guard's 30 s hold
+    events = await client.events(name)
+    reverted = next(e for e in events if e.event_type is EventType.RUN_REVERTED)
+    assert (reverted.sagaid, reverted.data["reason"]) == (
+        f"default.{name}.2.2",
+        "RollbackRequested",
+    )
+    assert [e.sagaid for e in events if e.event_type.is_terminal].count(f"default.{name}.2.2") == 1
+
+
 async def test_replay_rebuilds_the_projection_of_reverted_runs(
     client: Client, stack: Supervisor
 ) -> None:

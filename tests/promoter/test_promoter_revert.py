@@ -2,13 +2,18 @@
 recorded as the run's latest saga, one route write back to the kept revision, one
 ``run.reverted``; and nothing at all when nothing is kept."""
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from nats.aio.msg import Msg
+from test_promoter_guard import GrowingFigures, calls
 
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import advance_latest_saga, latest_saga
 from plnt_common.events import (
     CanaryInstalled,
@@ -23,7 +28,7 @@ from plnt_common.events import (
 from plnt_common.releases import ObservedRelease, ReleasePhase, observed_key
 from plnt_common.resources import WorkflowRunSpec
 from plnt_common.routes import RouteEntry, RouteTarget
-from plnt_promoter import revert
+from plnt_promoter import guard, revert
 from plnt_promoter.adapters.route_table import RouteTable
 
 NS, NAME = "default", "reverting"
@@ -45,13 +50,16 @@ def saga_event(kind: EventType, data: Any, sagaid: str = READY_SAGA) -> Envelope
     )
 
 
-async def ready_run(bus: Bus, *, keep: str | None, ready_age_s: float = 0.0) -> RouteTable:
+async def ready_run(
+    bus: Bus, *, keep: str | None, ready_age_s: float = 0.0, guard: dict[str, Any] | None = None
+) -> RouteTable:
     """Generation 2 Ready on PROMOTED, PREVIOUS observed serving; its spec keeps ``keep``."""
     spec = WorkflowRunSpec.model_validate(
         {
             "workflow": {"ref": f"{NAME}@2.0.0", "registry": "file:///r"},
             "backend": {"cluster": "local"},
             "rollback": {"keepPreviousFor": keep} if keep else {},
+            **({"guard": guard} if guard else {}),
         }
     )
     canary = CanaryRef(revision=PROMOTED, release=f"{NAME}-g2", url="http://127.0.0.1:39002")
@@ -135,4 +143,42 @@ async def test_a_rollback_after_a_newer_saga_changes_nothing(bus: Bus) -> None:
     await request(bus, routes)
     entry, _ = await routes.get(namespace=NS, name=NAME)
     assert entry is not None and entry.stable is not None and entry.stable.revision == PROMOTED
+    assert await bus.terminal_claim(REVERT_SAGA) is None
+
+
+async def guard_ready(bus: Bus, routes: RouteTable, figures: GrowingFigures) -> None:
+    """The promoter's guard on the Ready saga's run.ready, as the claim holds it."""
+    claim = await bus.terminal_claim(READY_SAGA)
+    assert claim is not None and claim.event is not None
+    delivery = Delivery(msg=cast(Msg, None), attempt=1)
+    await guard.guard_promotion(bus, routes, figures, claim.event, delivery, tick_s=0.05)
+
+
+async def test_the_guard_reverts_the_moment_a_budget_is_broken(bus: Bus) -> None:
+    routes = await ready_run(bus, keep="10s", guard={"window": "5s", "maxErrorPercent": 2})
+    failing = GrowingFigures(PROMOTED, calls(10, errors=10))
+    await asyncio.wait_for(guard_ready(bus, routes, failing), timeout=2)
+    claim = await bus.terminal_claim(REVERT_SAGA)
+    assert claim is not None and claim.event is not None
+    assert claim.event.data["reason"] == "GuardFailed"
+    assert claim.event.data["message"].startswith("guard failed after ")
+    assert "maxErrorPercent 2" in claim.event.data["message"]
+
+
+async def test_a_guard_delivered_after_its_window_passes_at_once(bus: Bus) -> None:
+    guarded = {"window": "2s", "maxErrorPercent": 2}
+    routes = await ready_run(bus, keep="10s", ready_age_s=3, guard=guarded)
+    failing = GrowingFigures(PROMOTED, calls(10, errors=10))
+    await asyncio.wait_for(guard_ready(bus, routes, failing), timeout=0.5)
+    assert failing.reads == 0
+    assert await bus.terminal_claim(REVERT_SAGA) is None
+
+
+async def test_a_guard_delivered_inside_its_window_judges_what_is_left(bus: Bus) -> None:
+    guarded = {"window": "2s", "maxErrorPercent": 2}
+    routes = await ready_run(bus, keep="10s", ready_age_s=1.5, guard=guarded)
+    quiet = GrowingFigures(PREVIOUS, calls(10))
+    started = time.monotonic()
+    await guard_ready(bus, routes, quiet)
+    assert 0.3 <= time.monotonic() - started < 1.2
     assert await bus.terminal_claim(REVERT_SAGA) is None
