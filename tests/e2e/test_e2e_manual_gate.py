@@ -333,8 +333,9 @@ async def test_a_delete_while_paused_removes_the_run(client: Client, registry: P
     assert await client.release_keys(name) == []
     await asyncio.sleep(0.5)
     events = await saga_events(client, name, f"default.{name}.2.1")
-    terminals = [(e.event_type, e.data["reason"]) for e in events if e.event_type.is_terminal]
-    assert terminals == [(EventType.RUN_ROLLED_BACK, "Superseded")]  # the paused saga ends too
+    # the paused saga ends too, once (rolled back, or failed when the deletion removed its
+    # canary first)
+    assert [e.data["reason"] for e in events if e.event_type.is_terminal] == ["Superseded"]
 
 
 @pytest.mark.slow  # waits out the promoter's restart
