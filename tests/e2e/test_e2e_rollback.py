@@ -1,34 +1,26 @@
-"""Instant rollback on the real stack: the previous revision kept at 0 % after promotion,
-`rollback.requested` moving the route back to it at once, the post-promotion guard
-reverting a revision that fails live calls, every service its own process."""
+"""Instant rollback on the real stack: the previous revision kept at 0 % after promotion and
+retired when its window ends, `plnt rollback` moving the route back to it at once, every
+service its own process (the guard's tests are in test_e2e_guard)."""
 
 import asyncio
-import copy
 import os
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from canary_load import Load, parking_only_upstream
+from canary_load import Load
+from rollback_support import NEXT, STABLE, two_versions
 from side_effects import counting_env, side_effects, side_effects_since
 from stack_fixtures import start_stack
-from stack_support import (
-    Client,
-    publish_spec,
-    replayed_projections,
-    run_document,
-    workflow_named,
-)
+from stack_support import Client, replayed_projections
 from test_e2e_llm_and_ops import alive
 from test_e2e_manual_gate import plnt_process, refused_line
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType, OperatorRequest, new_event
 
-STABLE, NEXT = "1.0.0-g1", "2.0.0-g2"
 SWITCH_BOUND_S = 1.0
 """From the request to the router answering from the previous revision (the KV write, the
 router's watch; the benchmark measures it)."""
@@ -44,30 +36,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, counted: Path) -> Iterator[S
     supervisor = start_stack(tmp_path_factory.mktemp("rollback"), env=counting_env(counted))
     yield supervisor
     supervisor.stop()
-
-
-def second_version(document: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    changed = copy.deepcopy(document)
-    changed["spec"]["workflow"]["ref"] = changed["spec"]["workflow"]["ref"].replace(
-        "@1.0.0", "@2.0.0"
-    )
-    changed["spec"].update(spec)
-    return changed
-
-
-async def two_versions(
-    client: Client, registry: Path, name: str, *, canary_steps: Any = None, **spec: Any
-) -> dict[str, Any]:
-    """1.0.0 Ready, then 2.0.0 applied with ``spec`` and Ready; the 2.0.0 document."""
-    publish_spec(registry, workflow_named(name))
-    publish_spec(registry, workflow_named(name, "2.0.0", steps=canary_steps))
-    document = run_document(name, registry=registry)
-    await client.apply(document)
-    await client.wait_phase(name, "Ready")
-    changed = second_version(document, **spec)
-    await client.apply(changed)
-    await client.wait_phase(name, "Ready", generation=2)
-    return changed
 
 
 async def request_rollback(client: Client, name: str) -> None:
@@ -177,70 +145,6 @@ async def test_a_rollback_with_nothing_kept_does_nothing(
     status = await client.status(name)
     assert (status["phase"], status["revision"]) == ("Ready", NEXT)
     assert f"default.{name}.2.2" not in await terminals_by_saga(client, name)
-
-
-async def test_the_guard_reverts_a_revision_failing_live_calls_after_promotion(
-    client: Client, registry: Path
-) -> None:
-    name = "guarded"
-    async with parking_only_upstream() as upstream:
-        steps = [{"id": "judge", "tool": "http.request", "with": {"url": upstream}}]
-        publish_spec(registry, workflow_named(name))
-        publish_spec(registry, workflow_named(name, "2.0.0", steps=steps))
-        document = run_document(name, registry=registry)
-        await client.apply(document)
-        await client.wait_phase(name, "Ready")
-        endpoint = (await client.status(name))["endpoint"]
-        guarded = second_version(
-            document,
-            guard={"window": "3s", "maxErrorPercent": 2},
-            rollback={"keepPreviousFor": "10s"},
-        )
-        load = Load(endpoint, concurrency=4)
-        async with load.running():
-            await client.apply(guarded)
-            body = await client.wait_phase(name, "Reverted", generation=2, timeout_s=60)
-            settled = time.monotonic()
-            await asyncio.sleep(0.5)
-    status = body["status"]
-    assert status["revision"] == STABLE
-    assert status["message"].startswith(f"reverted {NEXT} to {STABLE}: guard failed after ")
-    assert "maxErrorPercent 2" in status["message"]
-    events = await client.events(name)
-    times = {(e.sagaid, e.event_type): e.time for e in events}
-    ready = times[(f"default.{name}.2.1", EventType.RUN_READY)]
-    reverted = times[(f"default.{name}.2.2", EventType.RUN_REVERTED)]
-    assert (reverted - ready).total_seconds() < 2.5  # the moment it broke, not the window's end
-    assert (
-        next(e for e in events if e.event_type is EventType.RUN_REVERTED).data["reason"]
-        == "GuardFailed"
-    )
-    assert all(c.revision == STABLE for c in load.calls if c.started > settled)
-    assert {c.status for c in load.calls if c.revision == NEXT} == {500}
-
-
-async def test_a_rollback_during_the_guard_ends_it_and_reverts_at_once(
-    client: Client, registry: Path, stack: Supervisor
-) -> None:
-    name = "guarded-rollback"
-    await two_versions(
-        client,
-        registry,
-        name,
-        guard={"window": "30s"},
-        rollback={"keepPreviousFor": "60s"},
-    )
-    started = time.monotonic()
-    code, out, err = await plnt_process(stack, "rollback", name)
-    assert code == 0, (out, err)
-    assert time.monotonic() - started < 10  # not behind the guard's 30 s hold
-    events = await client.events(name)
-    reverted = next(e for e in events if e.event_type is EventType.RUN_REVERTED)
-    assert (reverted.sagaid, reverted.data["reason"]) == (
-        f"default.{name}.2.2",
-        "RollbackRequested",
-    )
-    assert [e.sagaid for e in events if e.event_type.is_terminal].count(f"default.{name}.2.2") == 1
 
 
 async def test_replay_rebuilds_the_projection_of_reverted_runs(
