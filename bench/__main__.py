@@ -14,19 +14,18 @@ import asyncio
 import os
 import platform
 import subprocess
-import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
 from bench.cluster import cluster_section
 from bench.deploy import apply_to_ready, embedded_stack
-from bench.hops import raw_hop, saga_hop
+from bench.hops import hops
 from bench.rollback import rollback_section
 from bench.saga import saga_section
 from bench.serving import add_arguments, serving_sections
 from bench.stats import summary_ms
 from plnt_common.logs import configure_logging
-from plnt_common.nats_server import NatsServer, free_port, nats_server_binary
+from plnt_common.nats_server import nats_server_binary
 
 SECTIONS = ("deploy", "saga", "cluster", "rollback", "router", "runner")
 
@@ -51,16 +50,10 @@ def machine() -> str:
 
 
 async def bus_figures(samples: int) -> list[tuple[str, float, float]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        server = NatsServer(store_dir=Path(tmp), port=free_port()).start()
-        try:
-            received, acked = await raw_hop(server.url, samples)
-            saga = await saga_hop(server.url, samples)
-        finally:
-            server.stop()
+    received, acked, saga = await hops(samples)
     return [
         ("raw JetStream hop (publish → fetch → ack)", *summary_ms(acked)),
-        ("saga hop (Bus.publish → handler start)", *summary_ms(saga)),
+        ("saga hop (Bus.publish → a service app's handler start)", *summary_ms(saga)),
         ("raw hop to receipt (publish → fetch returns)", *summary_ms(received)),
     ]
 
@@ -100,7 +93,7 @@ def main() -> None:
         deploy_table(args)
     if "saga" in sections:
         bursts = tuple(int(size) for size in args.saga_bursts.split(","))
-        saga_section(sequential_runs=args.saga_sequential, bursts=bursts)
+        saga_section(sequential_runs=args.saga_sequential, bursts=bursts, hop_samples=args.samples)
     if "cluster" in sections:
         cluster_section(
             sequential_runs=args.saga_sequential, bursts=(100, 300), kills=args.cluster_kills

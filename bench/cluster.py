@@ -14,8 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.saga import ALWAYS, Harness, Row, SagaStack, deploy_rows, run_documents
+from bench.saga import ALWAYS, Harness, SagaStack, deploy_rows, run_documents
 from bench.stats import percentile
+from bench.table import Row, Verdict, render
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.nats_server import NatsCluster
@@ -91,17 +92,15 @@ def cluster_section(*, sequential_runs: int, bursts: tuple[int, ...], kills: int
                 stack.stop()
     if recoveries:
         rows.append(
-            (
+            Row(
                 f"SIGKILL of the PLNT_EVENTS leader until the stream stores events again, "
                 f"p50 / max over {len(recoveries)} kills",
                 f"{percentile(recoveries, 0.5):.2f} / {max(recoveries):.2f} s "
                 f"({', '.join(f'{r:.2f}' for r in recoveries)})",
+                "",
                 "none: what an election costs",
+                Verdict.INFO,
             )
         )
-    print("### Saga on a 3-node NATS cluster\n")
-    print("| figure | measured | target |")
-    print("|---|---|---|")
-    for label, measured, target in rows:
-        print(f"| {label} | {measured} | {target} |")
+    print(render("Saga on a 3-node NATS cluster", rows))
     print()

@@ -1,20 +1,25 @@
 """The JetStream hop, raw and through plnt's bus, measured on the same server.
 
 raw:  nats-py ``js.publish`` -> a pull consumer's ``fetch`` returns it -> ``ack``.
-saga: ``Bus.publish`` (CloudEvent, Nats-Msg-Id) -> ``EventConsumer`` decodes it and
-      starts the handler. The clock stops at handler start, as the issue defines the hop.
+saga: ``Bus.publish`` (CloudEvent, Nats-Msg-Id) -> a service's FastStream app (built by
+      ``service_app``, as every saga service is) takes it through ``EventConsumer`` and
+      FastStream's dispatch to the handler. The clock stops at handler start.
 One message in flight at a time, so each sample is a latency, not a throughput share.
 """
 
 import asyncio
+import tempfile
 import time
+from pathlib import Path
 
 from nats.js import api
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer
+from plnt_common.bus.consumer import ConsumerSpec, Delivery
+from plnt_common.bus.service_app import service_app
 from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
+from plnt_common.nats_server import NatsServer, free_port
 
 WARMUP = 50
 
@@ -49,17 +54,19 @@ async def saga_hop(url: str, samples: int) -> list[float]:
     consumer_bus = await Bus.open(url, service="bench-saga")
     arrived: asyncio.Queue[float] = asyncio.Queue()
 
-    async def handler(event: Envelope, delivery: Delivery) -> None:
-        arrived.put_nowait(time.perf_counter())
+    class Steps:
+        async def handle(self, event: Envelope, delivery: Delivery, /) -> None:
+            arrived.put_nowait(time.perf_counter())
 
-    async def exhausted(event: Envelope, exc: BaseException) -> None:
-        raise AssertionError(exc)
+        async def on_exhausted(self, event: Envelope, exc: BaseException, /) -> None:
+            raise AssertionError(exc)
 
     spec = ConsumerSpec(
         service="bench-saga", filters=(subjects.event_filter(EventType.RUN_DELETED),)
     )
     stop = asyncio.Event()
-    task = asyncio.create_task(EventConsumer(consumer_bus, spec, handler, exhausted).run(stop))
+    app = service_app(consumer_bus, spec, emits=(), handlers=Steps())
+    task = asyncio.create_task(app.run(stop))
     timings = []
     for i in range(samples + WARMUP):
         event = new_event(
@@ -81,3 +88,15 @@ async def saga_hop(url: str, samples: int) -> list[float]:
     await consumer_bus.close()
     await publisher.close()
     return timings
+
+
+async def hops(samples: int) -> tuple[list[float], list[float], list[float]]:
+    """(raw hop to receipt, raw hop with its ack, saga hop), on one fresh nats-server."""
+    with tempfile.TemporaryDirectory() as tmp:
+        server = NatsServer(store_dir=Path(tmp), port=free_port()).start()
+        try:
+            received, acked = await raw_hop(server.url, samples)
+            saga = await saga_hop(server.url, samples)
+        finally:
+            server.stop()
+    return received, acked, saga

@@ -9,7 +9,7 @@ from test_bus_consumer import deleted_event
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, Delivery
-from plnt_common.bus.service_app import service_app
+from plnt_common.bus.service_app import ServiceApp, service_app
 from plnt_common.events import Envelope, EventType
 
 SPEC = ConsumerSpec(
@@ -105,3 +105,41 @@ async def test_the_app_binds_the_one_explicit_ack_durable_of_the_service(bus: Bu
     assert config.ack_policy == api.AckPolicy.EXPLICIT
     assert config.max_deliver == -1
     assert sorted(config.filter_subjects or ()) == sorted(SPEC.filters)
+
+
+async def run_until_finished(app: ServiceApp, steps: Steps) -> None:
+    stop = asyncio.Event()
+    running = asyncio.create_task(app.run(stop))
+    await asyncio.wait_for(steps.finished.wait(), timeout=20)
+    stop.set()
+    await asyncio.wait_for(running, timeout=10)
+
+
+async def test_the_handler_gets_the_envelope_the_consumer_decoded_not_a_second_decode(
+    bus: Bus,
+) -> None:
+    steps = Steps()
+    steps.release.set()
+    await bus.publish(deleted_event("decoded-once"))
+    await run_until_finished(service_app(bus, SPEC, emits=(), handlers=steps), steps)
+    (event,) = steps.events
+    # decode_event validated the typed data and cached it on the instance: a second decode
+    # (FastStream's decoder, FastDepends) would hand over a fresh model without it
+    assert "typed_data" in event.__dict__
+
+
+async def test_faststreams_message_carries_the_event_id_as_its_correlation_id(bus: Bus) -> None:
+    correlation_ids: list[str] = []
+
+    class Recording(Steps):
+        async def handle(self, event: Envelope, delivery: Delivery) -> None:
+            correlation_ids.append(app.subscriber.local("message").correlation_id)
+            await super().handle(event, delivery)
+
+    steps = Recording()
+    steps.release.set()
+    event = deleted_event("correlated")
+    await bus.publish(event)
+    app = service_app(bus, SPEC, emits=(), handlers=steps)
+    await run_until_finished(app, steps)
+    assert correlation_ids == [event.id]

@@ -7,22 +7,31 @@ FastStream's own pull loop waits for a whole batch before it fetches again, does
 re-bind after a server restart, and its ack policies cannot NAK with back-off or hand
 the last delivery to ``on_exhausted`` (docs/design.md, "Delivery").
 
+The event is decoded once: ``EventConsumer`` decodes and validates it (a poison message
+never reaches FastStream), and the subscriber's parser and decoder hand that ``Envelope``
+over; the service's broker calls the handler without FastDepends (``apply_types=False``),
+which would only validate the same ``Envelope`` again.
+
 Publishers are declared for the AsyncAPI document only: events are published through
 ``Bus``, which sets ``Nats-Msg-Id`` and retries a publish the server did not confirm.
 """
 
 import asyncio
 import functools
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
 from faststream import FastStream
+from faststream.message import StreamMessage
 from faststream.middlewares import AckPolicy
 from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.message import NatsMessage
 from faststream.nats.subscriber.usecases.stream_pull_subscriber import PullStreamSubscriber
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import api
 from pydantic import BaseModel, Field, create_model
 
@@ -31,8 +40,10 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer, Handler, OnExhausted
 from plnt_common.events import EVENT_DATA, TYPE_PREFIX, Envelope, EventType
 
-DELIVERY = "plnt_delivery"
-"""The FastStream context key of the ``Delivery`` of the message being handled."""
+_HANDOVER: ContextVar["Handover | None"] = ContextVar("plnt_handover", default=None)
+"""The ``Handover`` of the message being dispatched. A context variable of its own, not a
+FastStream context key: each message runs in its own task, and a lookup through
+FastStream's context costs several times more."""
 
 _STREAM = JStream(subjects.STREAM, declare=False)  # provisioned by ``plnt_common.bus.provision``
 
@@ -97,9 +108,46 @@ class FeedSubscriber(PullStreamSubscriber):
         return self._outer_config.context.get_local(key)
 
     async def _dispatch(self, envelope: Envelope, delivery: Delivery) -> None:
-        del envelope  # FastStream decodes the message itself, into the handler's model
-        with self._outer_config.context.scope(DELIVERY, delivery):
+        token = _HANDOVER.set(Handover(envelope, delivery))
+        try:
             await self.process_message(delivery.msg)
+        finally:
+            _HANDOVER.reset(token)
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What ``EventConsumer`` decoded and knows of the message FastStream dispatches."""
+
+    envelope: Envelope
+    delivery: Delivery
+
+
+async def parse_handed_over(
+    msg: Msg, parse_js: Callable[[Msg], Awaitable[StreamMessage[Msg]]]
+) -> StreamMessage[Msg]:
+    """FastStream's JetStream parser, with the envelope's id as the message's: its own
+    parser makes a uuid4 for every message without FastStream's headers."""
+    handover = _HANDOVER.get()
+    if handover is None:  # not fed by EventConsumer (FastStream's in-memory broker)
+        return await parse_js(msg)
+    headers = msg.headers or {}
+    return NatsMessage(
+        raw_message=msg,
+        body=msg.data,
+        headers=headers,
+        content_type=headers.get("content-type"),
+        message_id=handover.envelope.id,
+        correlation_id=handover.envelope.id,
+    )
+
+
+async def decode_handed_over(message: StreamMessage[Msg]) -> Envelope:
+    """The ``Envelope`` ``EventConsumer`` decoded and validated already."""
+    handover = _HANDOVER.get()
+    if handover is None:  # FastStream's in-memory broker: the model, as its decoder made it
+        return Envelope.model_validate_json(message.body)
+    return handover.envelope
 
 
 @dataclass
@@ -166,6 +214,8 @@ def declare_service(
         durable=durable,
         config=api.ConsumerConfig(durable_name=durable, filter_subjects=list(spec.filters)),
         pull_sub=PullSub(batch_size=spec.concurrency),
+        parser=parse_handed_over,
+        decoder=decode_handed_over,
         ack_policy=AckPolicy.MANUAL,  # EventConsumer acks, NAKs and terminates
         no_reply=True,  # a JetStream message's reply subject is its ack subject
         title=f"{durable}:consume",
@@ -180,11 +230,12 @@ def declare_service(
     # The delivery is read from the context here, not injected as a parameter: FastDepends
     # resolves an injected context field in a worker thread, about a millisecond a message.
     async def on_event(envelope: Envelope) -> None:
-        delivery: Delivery | None = feed_subscriber.local(DELIVERY)
-        if delivery is None:  # not fed by EventConsumer (FastStream's in-memory broker)
-            message: NatsMessage = feed_subscriber.local("message")
-            delivery = Delivery(msg=message.raw_message, attempt=1)
-        await handler(envelope, delivery)
+        handover = _HANDOVER.get()
+        if handover is not None:
+            await handler(envelope, handover.delivery)
+            return
+        message: NatsMessage = feed_subscriber.local("message")  # the in-memory broker
+        await handler(envelope, Delivery(msg=message.raw_message, attempt=1))
 
     on_event.__name__ = f"{spec.service}_handle"
     on_event.__doc__ = f"The {spec.service}'s step for each event it consumes."
@@ -208,7 +259,8 @@ def service_app(
     handlers: SagaHandlers,
 ) -> ServiceApp:
     """The service's FastStream app on ``bus``'s connection."""
-    broker = BusBroker(bus, logger=None)  # structlog logs every step already
+    # structlog logs every step already; the decoder hands over a validated Envelope
+    broker = BusBroker(bus, logger=None, apply_types=False)
     subscriber = declare_service(broker, spec, emits=emits, handler=handlers.handle)
     subscriber.feed_from(bus, spec, handlers.on_exhausted)
     return ServiceApp(app=FastStream(broker, logger=None), subscriber=subscriber)
