@@ -27,7 +27,7 @@ from test_e2e_canary_steps import (
 from plnt_cli.commands import Session, replay
 from plnt_cli.main import main
 from plnt_cli.supervisor import Supervisor
-from plnt_common.events import Envelope, EventType
+from plnt_common.events import Envelope, EventType, OperatorRequest, new_event
 from plnt_testkit.projections import stored_projections
 
 INVOKE_BODY = {"review": "Free parking, lovely food", "brand_voice": "warm"}
@@ -177,6 +177,20 @@ async def test_promote_full_mid_step_skips_the_remaining_steps_at_once(
         f"plnt: workflowrun/{name} has nothing to promote: phase Progressing "
         "(--full skips the remaining steps)"
     )
+    # a plain promote that reaches the promoter anyway (published past the watcher's
+    # check) neither ends the held step nor promotes
+    plain_request = new_event(
+        EventType.PROMOTE_REQUESTED,
+        OperatorRequest(by="test"),
+        namespace="default",
+        name=name,
+        sagaid=f"default.{name}.2.1",
+        generation=2,
+        source="test",
+    )
+    assert await client.bus.publish(plain_request, step="test")
+    await asyncio.sleep(2.5)  # two ticks of the held step
+    assert (await client.status(name))["phase"] == "Progressing"
     code, out, err = await plnt_process(stack, "promote", name, "--full")
     assert code == 0, err
     assert out.splitlines()[-1] == f"workflowrun/{name} promoted: phase Ready"
@@ -186,8 +200,8 @@ async def test_promote_full_mid_step_skips_the_remaining_steps_at_once(
     kinds = [e.event_type for e in events]
     assert EventType.ANALYSIS_PASSED not in kinds
     assert [e.event_type for e in events if e.event_type.is_terminal] == [EventType.RUN_READY]
-    request = next(e for e in events if e.event_type is EventType.PROMOTE_REQUESTED)
-    assert request.data == {"by": "plnt.work/promote=full", "full": True}
+    requests = [e.data for e in events if e.event_type is EventType.PROMOTE_REQUESTED]
+    assert requests[-1] == {"by": "plnt.work/promote=full", "full": True}
 
 
 async def test_abort_mid_step_rolls_back_at_once_and_the_stable_serves(
