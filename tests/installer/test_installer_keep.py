@@ -15,6 +15,7 @@ from test_installer_helm_handlers import MemoryBackend
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
+from plnt_common.bus.saga import advance_latest_saga
 from plnt_common.events import Envelope, EventType, RunReady, RunReverted, SpecPulled, new_event
 from plnt_common.releases import DesiredRelease, ReleaseRole
 from plnt_common.resources import Rollback
@@ -140,3 +141,16 @@ async def test_a_revert_ends_the_hold_retires_the_reverted_and_keeps_the_previou
     await handle(handlers, event(EventType.RUN_REVERTED, reverted, sagaid=f"{RUN_NS}.{RUN}.2.2"))
     await asyncio.wait_for(holding, timeout=2)
     assert backend.held == {old.release: old}  # stable again, never retired
+
+
+async def test_a_revert_recorded_before_its_run_reverted_arrives_is_never_undone(
+    bus: Bus, handlers: InstallerHandlers, backend: MemoryBackend
+) -> None:
+    old, _, ready = await promoted_keeping(bus, backend, "1s")
+    await advance_latest_saga(bus, RUN_NS, RUN, SAGA)
+    holding = handle(handlers, ready)
+    await asyncio.sleep(0.3)
+    # the promoter moved the route back to the kept release; run.reverted is still to come
+    await advance_latest_saga(bus, RUN_NS, RUN, f"{RUN_NS}.{RUN}.2.2")
+    await asyncio.wait_for(holding, timeout=2)
+    assert backend.held[old.release].role is ReleaseRole.PREVIOUS  # kept, not retired

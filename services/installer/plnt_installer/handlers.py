@@ -1,9 +1,11 @@
 """Installer handlers: install canaries, compensate them, retire and remove releases."""
 
+import asyncio
+
 from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
-from plnt_common.bus.saga import observe_saga
+from plnt_common.bus.saga import latest_saga, observe_saga
 from plnt_common.bus.saga_events import last_of_saga
 from plnt_common.errors import BackendUnavailable, InstallFailed
 from plnt_common.events import (
@@ -277,7 +279,14 @@ class InstallerHandlers:
             log.info("release.kept", release=kept.release, revision=kept.revision, for_s=keep_s)
 
         async def still_kept() -> bool:
-            now = await holder.releases(namespace=event.namespace, run_name=event.name)
+            # a revert records its attempt before it moves the route, so the kept release
+            # is never retired between the route's move and this service's run.reverted
+            (latest, _), now = await asyncio.gather(
+                latest_saga(self._bus, event.namespace, event.name),
+                holder.releases(namespace=event.namespace, run_name=event.name),
+            )
+            if logic.reverted_since(event.sagaid, latest):
+                return False
             return any(r.release == kept.release and r.role is ReleaseRole.PREVIOUS for r in now)
 
         if await keep.hold_kept(

@@ -60,6 +60,16 @@ def after_promotion(
     return [r for r in older if r is not kept], kept
 
 
+def reverted_since(promoted_saga: str, latest_saga: str) -> bool:
+    """A later attempt of the promoted saga's generation is recorded: a revert (or the
+    deletion, which removes every release itself)."""
+    generation, attempt = saga_order(promoted_saga)
+    if not latest_saga:
+        return False
+    latest_generation, latest_attempt = saga_order(latest_saga)
+    return latest_generation == generation and latest_attempt > attempt
+
+
 def failure_terminal(stable: str) -> EventType:
     """A failed canary ends rolled back when a stable revision serves, else failed."""
     return EventType.RUN_ROLLED_BACK if stable else EventType.RUN_FAILED
