@@ -7,6 +7,7 @@ the watcher refuses what kubectl wrote, with the same words. Pure: no I/O.
 """
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from plnt_common.events import EventType
@@ -52,11 +53,13 @@ def refusal(
     *,
     name: str,
     full: bool = False,
-    keeps_previous: bool = False,
+    keep_previous_s: float = 0.0,
+    now: datetime | None = None,
 ) -> str:
     """Why ``operation`` has nothing to do now; "" when it applies.
 
-    ``keeps_previous``: the run's spec.rollback.keepPreviousFor is set.
+    ``keep_previous_s``: the run's spec.rollback.keepPreviousFor in seconds (0: unset);
+    a rollback needs a previous revision still inside that window at ``now``.
     """
     phase = projection.status.phase if projection is not None else Phase.PENDING
     run = f"workflowrun/{name}"
@@ -73,6 +76,17 @@ def refusal(
                 return ""
             return f"{run} has nothing to abort: phase {phase.value}"
         case Operation.ROLLBACK:
-            if phase == Phase.READY and keeps_previous:
-                return ""
-            return f"{run} has no previous revision kept to roll back to"
+            nothing = f"{run} has no previous revision kept to roll back to"
+            if phase != Phase.READY or projection is None or keep_previous_s <= 0:
+                return nothing
+            if not projection.previous_revision:
+                return f"{nothing}: its first rollout replaced none"
+            since = projection.phase_since
+            if since is not None and now is not None:
+                retired = since + timedelta(seconds=keep_previous_s)
+                if now >= retired:
+                    return (
+                        f"{nothing}: {projection.previous_revision} was retired when"
+                        f" keepPreviousFor ended at {retired.isoformat(timespec='seconds')}"
+                    )
+            return ""

@@ -90,6 +90,10 @@ class RunProjection(BaseModel):
     deleting: bool = False
     removed: bool = False
     stable_revision: str = ""
+    previous_revision: str = Field(
+        default="",
+        description="The revision the last promotion replaced (kept at 0 % for keepPreviousFor).",
+    )
     step_hold_s: float = Field(
         default=0.0, description="Longest the canary step being held may take (its deadline)."
     )
@@ -494,6 +498,7 @@ def _ready(current: _Draft, event: Envelope) -> dict[str, object]:
     ]
     return {
         "stable_revision": data.revision,
+        "previous_revision": data.previous_revision,
         "status": {
             "phase": Phase.READY,
             "revision": data.revision,

@@ -163,3 +163,25 @@ def test_any_arrival_order_folds_to_the_stream_orders_projection(saga) -> None: 
         order = events[:]
         shuffler.shuffle(order)
         assert fold(order) == expected, [e.event_type.value for e in order]
+
+
+def test_ready_remembers_the_revision_its_promotion_replaced() -> None:
+    run = RunSnapshot(namespace="default", name="wf", generation=2, spec=UNSTEPPED)
+    ready = RunReady(revision="2.0.0-g2", endpoint="http://r", previous_revision="1.0.0-g1")
+    projection = fold(
+        [
+            at(0, EventType.RUN_REQUESTED, RunRequested(run=run)),
+            at(1, EventType.RUN_READY, ready),
+        ]
+    )
+    assert projection.previous_revision == "1.0.0-g1"
+    first = RunReady(revision="2.0.0-g2", endpoint="http://r")
+    assert (
+        fold(
+            [
+                at(0, EventType.RUN_REQUESTED, RunRequested(run=run)),
+                at(1, EventType.RUN_READY, first),
+            ]
+        ).previous_revision
+        == ""
+    )

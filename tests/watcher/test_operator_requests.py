@@ -10,12 +10,12 @@ from plnt_common.projection import RunProjection
 from plnt_common.resources import WorkflowRunStatus
 from plnt_common.status import Phase
 from plnt_watcher.logic import overdue_phase
-from plnt_watcher.requests import dedupe_key, keeps_previous
+from plnt_watcher.requests import dedupe_key, keep_previous_s
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
 
-def at(phase: Phase, *, deleting: bool = False) -> RunProjection:
+def at(phase: Phase, *, deleting: bool = False, previous: str = "1.0.0-g1") -> RunProjection:
     return RunProjection(
         namespace="default",
         name="x",
@@ -23,6 +23,7 @@ def at(phase: Phase, *, deleting: bool = False) -> RunProjection:
         generation=2,
         rank=5,
         deleting=deleting,
+        previous_revision=previous,
         status=WorkflowRunStatus(phase=phase),
         phase_since=NOW - timedelta(hours=5),
     )
@@ -51,7 +52,8 @@ def at(phase: Phase, *, deleting: bool = False) -> RunProjection:
 def test_each_request_applies_only_where_it_has_something_to_do(
     operation: Operation, phase: Phase, full: bool, keeps: bool, applies: bool
 ) -> None:
-    reason = refusal(operation, at(phase), name="x", full=full, keeps_previous=keeps)
+    keep = 6 * 3600.0 if keeps else 0.0  # the run has been in its phase for 5 h
+    reason = refusal(operation, at(phase), name="x", full=full, keep_previous_s=keep, now=NOW)
     assert (reason == "") is applies, reason
 
 
@@ -101,9 +103,24 @@ def test_the_same_annotation_value_is_one_request() -> None:
 
 
 def test_keep_previous_for_is_read_from_the_spec() -> None:
-    assert keeps_previous({"spec": {"rollback": {"keepPreviousFor": "10m"}}})
-    assert not keeps_previous({"spec": {}})
-    assert not keeps_previous({"spec": {"rollback": {"keepPreviousFor": "soon"}}})
+    assert keep_previous_s({"spec": {"rollback": {"keepPreviousFor": "10m"}}}) == 600
+    assert keep_previous_s({"spec": {}}) == 0
+    assert keep_previous_s({"spec": {"rollback": {"keepPreviousFor": "soon"}}}) == 0
+
+
+def test_a_rollback_needs_a_replaced_revision_still_inside_its_window() -> None:
+    first = at(Phase.READY, previous="")
+    assert refusal(Operation.ROLLBACK, first, name="x", keep_previous_s=6 * 3600, now=NOW) == (
+        "workflowrun/x has no previous revision kept to roll back to: its first rollout"
+        " replaced none"
+    )
+    ready = at(Phase.READY)  # Ready for 5 h
+    assert refusal(Operation.ROLLBACK, ready, name="x", keep_previous_s=4 * 3600, now=NOW) == (
+        "workflowrun/x has no previous revision kept to roll back to: 1.0.0-g1 was retired"
+        " when keepPreviousFor ended at 2026-12-01T11:00:00+00:00"
+    )
+    inside = NOW - timedelta(hours=1, seconds=1)
+    assert refusal(Operation.ROLLBACK, ready, name="x", keep_previous_s=4 * 3600, now=inside) == ""
 
 
 def test_a_paused_run_never_times_out_even_with_a_deadline_set() -> None:

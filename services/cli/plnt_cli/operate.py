@@ -52,7 +52,8 @@ async def operate(
         projection,
         name=name,
         full=full,
-        keeps_previous=run.spec.rollback.keep_previous_s > 0,
+        keep_previous_s=run.spec.rollback.keep_previous_s,
+        now=datetime.now(UTC),
     )
     if refused or projection is None:
         raise PlntError(refused)

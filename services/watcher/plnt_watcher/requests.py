@@ -10,6 +10,7 @@ saga's).
 """
 
 import hashlib
+from datetime import UTC, datetime
 from typing import Any
 
 from plnt_common.bus.bus import Bus
@@ -32,13 +33,14 @@ def asks_for_operation(body: dict[str, Any]) -> bool:
     return bool(requested(annotations_of(body)))
 
 
-def keeps_previous(body: dict[str, Any]) -> bool:
-    """spec.rollback.keepPreviousFor is set (read leniently: the spec is validated elsewhere)."""
+def keep_previous_s(body: dict[str, Any]) -> float:
+    """spec.rollback.keepPreviousFor in seconds, 0 when unset (read leniently: the spec is
+    validated elsewhere)."""
     rollback = (body.get("spec") or {}).get("rollback") or {}
     try:
-        return Rollback.model_validate(rollback).keep_previous_s > 0
+        return Rollback.model_validate(rollback).keep_previous_s
     except ValueError:
-        return False
+        return 0.0
 
 
 def dedupe_key(value: str) -> str:
@@ -63,7 +65,8 @@ class OperatorRequests:
                 projection,
                 name=name,
                 full=value == FULL,
-                keeps_previous=keeps_previous(body),
+                keep_previous_s=keep_previous_s(body),
+                now=datetime.now(UTC),
             )
             if refused or projection is None:
                 log.warning("request.refused", namespace=namespace, name=name, reason=refused)
