@@ -45,7 +45,7 @@ def machine() -> str:
     return (
         f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {server}, "
         f"nats-py {version('nats-py')}, aiohttp {version('aiohttp')}, "
-        f"pydantic {version('pydantic')}"
+        f"pydantic {version('pydantic')}, faststream {version('faststream')}"
     )
 
 
