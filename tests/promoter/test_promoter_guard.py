@@ -24,7 +24,10 @@ def judge(totals: RevisionTotals, elapsed_s: float) -> analysis.Judgement:
 def test_errors_that_break_the_budget_for_the_whole_window_fail_at_once() -> None:
     early = judge(calls(5, errors=3), elapsed_s=0.5)
     assert early.outcome is analysis.Outcome.FAIL
-    assert "maxErrorPercent 2" in early.figures.reason
+    assert early.figures.reason == (
+        "promoted revision errors 3 of 5 calls exceed maxErrorPercent 2 of the 100 calls"
+        " expected in the guard window"
+    )
     assert early.figures.canary.invocations == 5
 
 
@@ -32,20 +35,21 @@ def test_an_error_the_window_can_still_absorb_holds_then_fails_at_the_end() -> N
     assert judge(calls(200, errors=1), elapsed_s=1).outcome is analysis.Outcome.HOLD
     end = judge(calls(40, errors=1), elapsed_s=10)
     assert end.outcome is analysis.Outcome.FAIL
-    assert "errors 1 of 40 calls exceed maxErrorPercent 2" in end.figures.reason
+    assert "promoted revision errors 1 of 40 calls exceed maxErrorPercent 2" in end.figures.reason
 
 
 def test_slow_calls_fail_on_max_p95() -> None:
     failed = judge(calls(100, slow=10), elapsed_s=10)
     assert failed.outcome is analysis.Outcome.FAIL
-    assert "maxP95Ms 500" in failed.figures.reason
+    assert failed.figures.reason.startswith("promoted revision p95 over maxP95Ms 500")
 
 
 def test_good_calls_pass_at_the_end_of_the_window_and_hold_before() -> None:
     assert judge(calls(100), elapsed_s=9.9).outcome is analysis.Outcome.HOLD
     passed = judge(calls(100), elapsed_s=10)
     assert passed.outcome is analysis.Outcome.PASS
-    assert passed.figures.reason.startswith("100 canary calls, error 0%")
+    assert passed.figures.reason.startswith("100 calls, error 0%, p95 ")
+    assert "canary" not in passed.figures.reason
 
 
 def test_no_traffic_passes_nothing_and_fails_nothing() -> None:
@@ -120,4 +124,4 @@ def test_few_calls_are_judged_on_the_whole_window_at_its_end() -> None:
     # ... but the window ended with 20% errors
     end = guard.judge_window(lenient, calls(5, errors=1), elapsed_s=10, interval_s=10)
     assert end.outcome is analysis.Outcome.FAIL
-    assert "error rate 20% > maxErrorPercent 10 (5 calls)" in end.figures.reason
+    assert "promoted revision error rate 20% > maxErrorPercent 10 (5 calls)" in end.figures.reason

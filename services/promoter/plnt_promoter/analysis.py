@@ -118,31 +118,42 @@ def judge_step(
     return verdict(Outcome.PASS, passed_reason(canary_figures, stable_figures))
 
 
-def certainly_broken(analysis: Analysis, canary: RevisionTotals, expected: float) -> str:
-    """The budget the step can no longer meet at the observed rate, or "" while it can."""
+def certainly_broken(
+    analysis: Analysis,
+    canary: RevisionTotals,
+    expected: float,
+    *,
+    subject: str = "canary",
+    span: str = "this step",
+) -> str:
+    """The budget the step can no longer meet at the observed rate, or "" while it can.
+
+    ``subject`` and ``span`` name the judged revision and window in the reason (the guard
+    judges the promoted revision over its window).
+    """
     allowed_errors = analysis.max_error_percent / 100 * expected
     if canary.errors > allowed_errors:
         return (
-            f"canary errors {canary.errors} of {canary.invocations} calls exceed "
+            f"{subject} errors {canary.errors} of {canary.invocations} calls exceed "
             f"maxErrorPercent {analysis.max_error_percent:g} of the {expected:.0f} calls "
-            "expected in this step"
+            f"expected in {span}"
         )
     slow = calls_slower_than(analysis.max_p95_ms / 1000, canary.latency_buckets)
     if slow > (1 - P95) * expected:
         return (
-            f"canary p95 over maxP95Ms {analysis.max_p95_ms:g}: {slow} of "
+            f"{subject} p95 over maxP95Ms {analysis.max_p95_ms:g}: {slow} of "
             f"{canary.invocations} calls slower, more than 5% of the {expected:.0f} expected"
         )
     tokens = analysis.max_tokens_per_invocation
     if tokens is not None and canary.tokens > tokens * expected:
         return (
-            f"canary tokens {canary.tokens} already exceed maxTokensPerInvocation "
+            f"{subject} tokens {canary.tokens} already exceed maxTokensPerInvocation "
             f"{tokens:g} over the {expected:.0f} calls expected"
         )
     cost = analysis.max_cost_per_invocation_usd
     if cost is not None and canary.cost_usd > cost * expected:
         return (
-            f"canary cost ${canary.cost_usd:.4f} already exceeds maxCostPerInvocationUsd "
+            f"{subject} cost ${canary.cost_usd:.4f} already exceeds maxCostPerInvocationUsd "
             f"{cost:g} over the {expected:.0f} calls expected"
         )
     return ""
@@ -159,17 +170,21 @@ def calls_slower_than(limit_s: float, buckets: tuple[tuple[float, int], ...]) ->
 
 
 def broken_budgets(
-    analysis: Analysis, canary: RevisionFigures, stable: RevisionFigures
+    analysis: Analysis,
+    canary: RevisionFigures,
+    stable: RevisionFigures,
+    *,
+    subject: str = "canary",
 ) -> list[str]:
     """Every budget the whole window broke, each naming its figure."""
     failures = []
     if canary.error_percent > analysis.max_error_percent:
         failures.append(
-            f"canary error rate {canary.error_percent:g}% > maxErrorPercent "
+            f"{subject} error rate {canary.error_percent:g}% > maxErrorPercent "
             f"{analysis.max_error_percent:g} ({canary.invocations} calls)"
         )
     if canary.p95_ms > analysis.max_p95_ms:
-        failures.append(f"canary p95 {canary.p95_ms:g} ms > maxP95Ms {analysis.max_p95_ms:g}")
+        failures.append(f"{subject} p95 {canary.p95_ms:g} ms > maxP95Ms {analysis.max_p95_ms:g}")
     ratio_limit = analysis.max_p95_ratio_to_stable
     if (
         ratio_limit is not None
@@ -179,19 +194,19 @@ def broken_budgets(
         ratio = canary.p95_ms / stable.p95_ms
         if ratio > ratio_limit and not math.isclose(ratio, ratio_limit):
             failures.append(
-                f"canary p95 {canary.p95_ms:g} ms is {ratio:.2f}x the stable's "
+                f"{subject} p95 {canary.p95_ms:g} ms is {ratio:.2f}x the stable's "
                 f"{stable.p95_ms:g} ms > maxP95RatioToStable {ratio_limit:g}"
             )
     tokens = analysis.max_tokens_per_invocation
     if tokens is not None and canary.tokens_per_invocation > tokens:
         failures.append(
-            f"canary tokens per call {canary.tokens_per_invocation:g} > "
+            f"{subject} tokens per call {canary.tokens_per_invocation:g} > "
             f"maxTokensPerInvocation {tokens:g}"
         )
     cost = analysis.max_cost_per_invocation_usd
     if cost is not None and canary.cost_per_invocation_usd > cost:
         failures.append(
-            f"canary cost per call ${canary.cost_per_invocation_usd:g} > "
+            f"{subject} cost per call ${canary.cost_per_invocation_usd:g} > "
             f"maxCostPerInvocationUsd {cost:g}"
         )
     return failures

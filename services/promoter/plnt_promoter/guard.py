@@ -31,6 +31,8 @@ from plnt_promoter.step_hold import TICK_S
 
 log = get_logger(__name__)
 NO_TRAFFIC = "guard saw no traffic"
+SUBJECT = "promoted revision"
+SPAN = "the guard window"
 
 
 def budgets(guard: Guard) -> Analysis:
@@ -51,16 +53,23 @@ def judge_window(
         interval_s=interval_s,
         floor=limits.min_invocations,
     )
-    broken = analysis.certainly_broken(limits, totals, expected)
+    broken = analysis.certainly_broken(limits, totals, expected, subject=SUBJECT, span=SPAN)
     if not broken and elapsed_s >= interval_s and totals.invocations:
-        broken = "; ".join(analysis.broken_budgets(limits, figures, RevisionFigures()))
+        broken = "; ".join(
+            analysis.broken_budgets(limits, figures, RevisionFigures(), subject=SUBJECT)
+        )
     if broken:
         outcome = analysis.Outcome.FAIL
     elif elapsed_s < interval_s:
         outcome, broken = analysis.Outcome.HOLD, "judging"
     else:
         outcome = analysis.Outcome.PASS
-        broken = analysis.passed_reason(figures, RevisionFigures()) if totals.invocations else ""
+        broken = (
+            f"{figures.invocations} calls, error {figures.error_percent:g}%,"
+            f" p95 {figures.p95_ms:g} ms"
+            if totals.invocations
+            else ""
+        )
     return analysis.Judgement(
         outcome,
         AnalysisStatus(
