@@ -8,6 +8,7 @@ shared instant runner (``bench.instant_runner``). Never used outside ``bench/``.
 import os
 
 from plnt_common.bus.bus import Bus
+from plnt_common.events import SpecPulled
 from plnt_common.releases import DesiredRelease, ObservedRelease, ReleasePhase
 from plnt_common.runtime import run_service
 from plnt_installer.app import run
@@ -23,11 +24,17 @@ class InstantReleaseBackend:
         self._url = url
         self._releases: dict[tuple[str, str], DesiredRelease] = {}
 
-    async def install(self, release: DesiredRelease) -> None:
+    async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         self._releases[(release.namespace, release.release)] = release
 
     async def wait_ready(
-        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
+        self,
+        *,
+        namespace: str,
+        release: str,
+        saga_id: str,
+        timeout_s: float,
+        pulled: SpecPulled | None = None,
     ) -> ObservedRelease:
         desired = self._releases[(namespace, release)]
         return ObservedRelease(
@@ -39,7 +46,9 @@ class InstantReleaseBackend:
             url=self._url,
         )
 
-    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
+    async def uninstall(
+        self, *, namespace: str, release: str, timeout_s: float, pulled: SpecPulled | None = None
+    ) -> bool:
         return self._releases.pop((namespace, release), None) is not None
 
     async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:

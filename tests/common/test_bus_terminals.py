@@ -31,6 +31,7 @@ from plnt_common.events import (
     RunSnapshot,
     SmokeFigures,
     SmokeVerdict,
+    SpecPulled,
     StepTimedOut,
     follow_up,
 )
@@ -159,15 +160,23 @@ class NothingInstalled:
     def __init__(self) -> None:
         self.uninstalls = 0
 
-    async def install(self, release: DesiredRelease) -> None:
+    async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         raise AssertionError("the race test installs nothing")
 
     async def wait_ready(
-        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
+        self,
+        *,
+        namespace: str,
+        release: str,
+        saga_id: str,
+        timeout_s: float,
+        pulled: SpecPulled | None = None,
     ) -> ObservedRelease:
         raise AssertionError("the race test installs nothing")
 
-    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
+    async def uninstall(
+        self, *, namespace: str, release: str, timeout_s: float, pulled: SpecPulled | None = None
+    ) -> bool:
         self.uninstalls += 1
         return False
 

@@ -47,10 +47,10 @@ URL = f"http://{RELEASE}.{HELM_NS}.svc.cluster.local:80"
 
 
 async def _install_canary(backend: HelmReleaseBackend, fake_helm: FakeHelm) -> Any:
-    """Install the generation-1 canary through the bound view; the log starts after it."""
+    """Install the generation-1 canary onto its PlntBackend; the log starts after it."""
     pulled = spec_pulled()
     release = desired(pulled)
-    await backend.bind(pulled).install(release)
+    await backend.install(release, pulled=pulled)
     fake_helm.forget()
     return release
 
@@ -61,7 +61,7 @@ async def test_install_of_a_new_release_checks_status_then_upgrades_with_install
     pulled = spec_pulled()
     release = desired(pulled)
 
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
 
     assert fake_helm.argv() == [status(RELEASE), upgrade(RELEASE, description(release))]
     assert fake_helm.statuses(RELEASE) == [(1, "deployed")]
@@ -87,7 +87,7 @@ async def test_promotion_upgrades_with_the_recorded_values_and_only_the_role_cha
     installed = fake_helm.revisions(RELEASE)[-1]["values"]
     specs.reads.clear()
 
-    # the handlers promote through the unbound backend: it finds the release itself
+    # the handlers promote without a spec.pulled: the backend finds the release itself
     await helm_backend.install(promoted(release))
 
     stable = promoted(release)
@@ -111,7 +111,7 @@ async def test_install_of_identical_values_issues_no_upgrade(
     pulled = spec_pulled()
     release = await _install_canary(helm_backend, fake_helm)
 
-    await helm_backend.bind(pulled).install(release)  # a redelivered spec.pulled
+    await helm_backend.install(release, pulled=pulled)  # a redelivered spec.pulled
 
     assert fake_helm.argv() == [status(RELEASE), get_values(RELEASE)]
     assert fake_helm.statuses(RELEASE) == [(1, "deployed")]
@@ -122,12 +122,12 @@ async def test_a_release_stuck_in_pending_install_is_uninstalled_then_installed(
 ) -> None:
     pulled = spec_pulled()
     release = desired(pulled)
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
     values = fake_helm.revisions(RELEASE)[-1]["values"]
     fake_helm.seed(RELEASE, [{"revision": 1, "status": "pending-install", "values": values}])
     fake_helm.forget()
 
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
 
     assert fake_helm.argv() == [
         status(RELEASE),
@@ -143,7 +143,7 @@ async def test_a_release_stuck_in_pending_upgrade_is_rolled_back_then_upgraded(
 ) -> None:
     pulled = spec_pulled()
     release = desired(pulled)
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
     values = fake_helm.revisions(RELEASE)[-1]["values"]
     fake_helm.seed(
         RELEASE,
@@ -155,7 +155,7 @@ async def test_a_release_stuck_in_pending_upgrade_is_rolled_back_then_upgraded(
     )
     fake_helm.forget()
 
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
 
     assert fake_helm.argv() == [
         status(RELEASE),
@@ -179,7 +179,7 @@ async def test_a_failed_upgrade_is_rolled_back_and_a_failed_install_is_uninstall
 ) -> None:
     pulled = spec_pulled()
     release = desired(pulled)
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
     values = fake_helm.revisions(RELEASE)[-1]["values"]
 
     fake_helm.seed(
@@ -190,7 +190,7 @@ async def test_a_failed_upgrade_is_rolled_back_and_a_failed_install_is_uninstall
         ],
     )
     fake_helm.forget()
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
     assert fake_helm.argv() == [
         status(RELEASE),
         get_values(RELEASE),
@@ -202,7 +202,7 @@ async def test_a_failed_upgrade_is_rolled_back_and_a_failed_install_is_uninstall
 
     fake_helm.seed(RELEASE, [{"revision": 1, "status": "failed", "values": values}])
     fake_helm.forget()
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
     assert fake_helm.argv() == [
         status(RELEASE),
         get_values(RELEASE),
@@ -218,7 +218,7 @@ async def test_a_young_pending_operation_is_left_alone_and_reported_as_busy(
 ) -> None:
     pulled = spec_pulled()
     release = desired(pulled)
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
     revision = fake_helm.revisions(RELEASE)[-1]
     fake_helm.seed(RELEASE, [{**revision, "status": "pending-install"}])  # written just now
     fake_helm.forget()
@@ -227,7 +227,7 @@ async def test_a_young_pending_operation_is_left_alone_and_reported_as_busy(
     with pytest.raises(
         ReleaseBusy, match=r"pending-install for [01]s, within the 30s grace"
     ) as busy:
-        await helm_backend.bind(pulled).install(release)
+        await helm_backend.install(release, pulled=pulled)
 
     assert busy.value.retryable
     assert fake_helm.argv() == [status(RELEASE), get_values(RELEASE)]
@@ -237,13 +237,13 @@ async def test_a_release_of_the_same_name_from_another_namespace_is_not_overwrit
     helm_backend: HelmReleaseBackend, fake_helm: FakeHelm
 ) -> None:
     pulled = spec_pulled()
-    await helm_backend.bind(pulled).install(desired(pulled))
+    await helm_backend.install(desired(pulled), pulled=pulled)
     theirs = fake_helm.revisions(RELEASE)[-1]["values"]
     theirs["service"]["annotations"]["plnt.work/namespace"] = "team-b"
     fake_helm.seed(RELEASE, [{"revision": 1, "status": "deployed", "values": theirs}])
 
     with pytest.raises(InstallFailed, match=f"{HELM_NS}/{RELEASE} .* belongs to team-b/{RUN}"):
-        await helm_backend.bind(pulled).install(desired(pulled))
+        await helm_backend.install(desired(pulled), pulled=pulled)
     assert await helm_backend.uninstall(namespace=RUN_NS, release=RELEASE, timeout_s=5) is False
     assert await helm_backend.releases(namespace=RUN_NS, run_name=RUN) == []
     assert fake_helm.statuses(RELEASE) == [(1, "deployed")]
@@ -255,7 +255,7 @@ async def test_a_gpu_class_the_backend_does_not_offer_fails_before_any_helm_comm
     pulled = spec_pulled(gpu_class="a100")
 
     with pytest.raises(BackendUnavailable, match="does not offer gpuClass 'a100'"):
-        await helm_backend.bind(pulled).install(desired(pulled))
+        await helm_backend.install(desired(pulled), pulled=pulled)
     assert fake_helm.calls() == []
 
 
@@ -268,7 +268,7 @@ async def test_a_chart_helm_cannot_render_fails_the_install_without_retry(
     pulled = spec_pulled()
 
     with pytest.raises(InstallFailed, match="execution error") as failed:
-        await helm_backend.bind(pulled).install(desired(pulled))
+        await helm_backend.install(desired(pulled), pulled=pulled)
     assert not failed.value.retryable
 
 
@@ -281,7 +281,7 @@ async def test_an_unreachable_cluster_is_a_retryable_error(
     pulled = spec_pulled()
 
     with pytest.raises(BackendUnavailable, match="cluster unreachable") as down:
-        await helm_backend.bind(pulled).install(desired(pulled))
+        await helm_backend.install(desired(pulled), pulled=pulled)
     assert down.value.retryable
 
 
@@ -289,11 +289,11 @@ async def test_wait_ready_polls_the_deployment_until_every_replica_is_ready(
     helm_backend: HelmReleaseBackend, fake_helm: FakeHelm, cluster: FakeCluster
 ) -> None:
     pulled = spec_pulled()
-    await helm_backend.bind(pulled).install(desired(pulled))
+    await helm_backend.install(desired(pulled), pulled=pulled)
     cluster.deployment(RELEASE, replicas=1, ready=0)
     waiting = asyncio.create_task(
-        helm_backend.bind(pulled).wait_ready(
-            namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=10
+        helm_backend.wait_ready(
+            pulled=pulled, namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=10
         )
     )
     await asyncio.sleep(0.3)
@@ -317,7 +317,7 @@ async def test_wait_ready_times_out_naming_the_release_and_the_pod_waiting_reaso
     helm_backend: HelmReleaseBackend, fake_helm: FakeHelm, cluster: FakeCluster
 ) -> None:
     pulled = spec_pulled()
-    await helm_backend.bind(pulled).install(desired(pulled))
+    await helm_backend.install(desired(pulled), pulled=pulled)
     cluster.deployment(RELEASE, replicas=1, ready=0)
     cluster.pod(
         f"{RELEASE}-7d9f-x2",
@@ -338,8 +338,8 @@ async def test_wait_ready_times_out_naming_the_release_and_the_pod_waiting_reaso
     )
 
     with pytest.raises(InstallFailed) as failed:
-        await helm_backend.bind(pulled).wait_ready(
-            namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=0.5
+        await helm_backend.wait_ready(
+            pulled=pulled, namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=0.5
         )
 
     assert str(failed.value) == (
@@ -352,14 +352,15 @@ async def test_wait_ready_fails_at_once_for_another_saga_or_a_missing_release(
     helm_backend: HelmReleaseBackend, fake_helm: FakeHelm
 ) -> None:
     pulled = spec_pulled()
-    bound = helm_backend.bind(pulled)
     with pytest.raises(InstallFailed, match="is not installed on PlntBackend gpu-east"):
-        await bound.wait_ready(namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=30)
+        await helm_backend.wait_ready(
+            pulled=pulled, namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=30
+        )
 
-    await bound.install(desired(pulled))
+    await helm_backend.install(desired(pulled), pulled=pulled)
     with pytest.raises(InstallFailed, match=f"desired by saga {SAGA}, not other-saga"):
-        await bound.wait_ready(
-            namespace=RUN_NS, release=RELEASE, saga_id="other-saga", timeout_s=30
+        await helm_backend.wait_ready(
+            pulled=pulled, namespace=RUN_NS, release=RELEASE, saga_id="other-saga", timeout_s=30
         )
 
 
@@ -368,7 +369,7 @@ async def test_status_follows_the_deployment_from_starting_to_ready(
 ) -> None:
     assert await helm_backend.status(namespace=RUN_NS, release=RELEASE) is None
     pulled = spec_pulled()
-    await helm_backend.bind(pulled).install(desired(pulled))
+    await helm_backend.install(desired(pulled), pulled=pulled)
 
     starting = await helm_backend.status(namespace=RUN_NS, release=RELEASE)
     assert starting is not None
@@ -411,9 +412,9 @@ async def test_releases_lists_canary_and_stable_of_the_run_across_backends(
     remote_server: str,
 ) -> None:
     stable_pulled = spec_pulled()
-    await helm_backend.bind(stable_pulled).install(promoted(desired(stable_pulled)))
+    await helm_backend.install(promoted(desired(stable_pulled)), pulled=stable_pulled)
     canary_pulled = spec_pulled(generation=2, backend_name=REMOTE, backend=remote_backend())
-    await helm_backend.bind(canary_pulled).install(desired(canary_pulled))
+    await helm_backend.install(desired(canary_pulled), pulled=canary_pulled)
     fake_helm.seed("other-run-g1", [{"revision": 1, "status": "deployed", "values": {}}])
     fake_helm.forget()
 
@@ -440,11 +441,12 @@ async def test_a_kubeconfig_secret_reaches_helm_as_a_private_file_and_the_api_cl
     tmp_path: Path,
 ) -> None:
     pulled = spec_pulled(backend_name=REMOTE, backend=remote_backend())
-    bound = helm_backend.bind(pulled)
 
-    await bound.install(desired(pulled))
+    await helm_backend.install(desired(pulled), pulled=pulled)
     cluster.deployment(RELEASE, replicas=1, ready=1)
-    observed = await bound.wait_ready(namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=5)
+    observed = await helm_backend.wait_ready(
+        pulled=pulled, namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=5
+    )
 
     assert observed.phase is ReleasePhase.READY
     for call in fake_helm.calls():
@@ -468,13 +470,13 @@ async def test_a_missing_kubeconfig_secret_skips_that_backend_when_searching(
 
     pulled = spec_pulled(backend_name=REMOTE, backend=remote_backend(secret="absent"))
     with pytest.raises(BackendUnavailable, match="Secret plnt-system/absent: not found"):
-        await helm_backend.bind(pulled).install(desired(pulled))
+        await helm_backend.install(desired(pulled), pulled=pulled)
 
 
-async def test_the_unbound_backend_cannot_make_a_first_install(
+async def test_a_first_install_without_its_spec_pulled_is_refused(
     helm_backend: HelmReleaseBackend, fake_helm: FakeHelm
 ) -> None:
-    with pytest.raises(BackendUnavailable, match="a first install goes through bind"):
+    with pytest.raises(BackendUnavailable, match=r"a first install must pass its spec\.pulled"):
         await helm_backend.install(desired(spec_pulled()))
     assert all(call["command"] == "status" for call in fake_helm.calls())
 
@@ -486,7 +488,7 @@ async def test_a_missing_helm_executable_is_reported_as_such(
     pulled = spec_pulled()
 
     with pytest.raises(BackendUnavailable, match="helm executable 'helm' is not on PATH"):
-        await helm_backend.bind(pulled).install(desired(pulled))
+        await helm_backend.install(desired(pulled), pulled=pulled)
 
 
 async def test_the_saga_id_and_role_of_a_release_are_read_from_helm_alone(
@@ -494,7 +496,7 @@ async def test_the_saga_id_and_role_of_a_release_are_read_from_helm_alone(
 ) -> None:
     """A restarted installer (a new backend object, no memory) sees the same releases."""
     pulled = spec_pulled()
-    await helm_backend.bind(pulled).install(desired(pulled))
+    await helm_backend.install(desired(pulled), pulled=pulled)
     restarted = HelmReleaseBackend(
         targets=StaticTargets({IN_CLUSTER: pulled.backend}),
         specs=specs,

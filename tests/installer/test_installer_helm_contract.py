@@ -2,7 +2,7 @@
 
 - local: ``LocalReleaseBackend`` on a real nats-server, with the real local-backend
   service running in the test's loop and starting (fake) runner processes;
-- helm: ``HelmReleaseBackend`` bound to an in-cluster PlntBackend, driving the recording
+- helm: ``HelmReleaseBackend`` installing onto an in-cluster PlntBackend, driving the recording
   fake ``helm``, with readiness read from the Kubernetes API emulator where the test
   plays the Deployment controller.
 
@@ -19,6 +19,7 @@ import pytest
 from installer_helm_support import RELEASE, FakeCluster, desired, spec_pulled
 
 from plnt_common.bus.bus import Bus
+from plnt_common.events import SpecPulled
 from plnt_common.releases import DesiredRelease, ReleasePhase
 from plnt_common.workflow import spec_digest
 from plnt_installer.adapters.helm_releases import HelmReleaseBackend
@@ -46,6 +47,8 @@ from plnt_local_backend.app import run as run_local_backend  # noqa: E402
 class Harness:
     backend: ReleaseBackend
     release: DesiredRelease
+    pulled: SpecPulled | None
+    """The install's context (the Helm backend's PlntBackend); the local one needs none."""
     settle: Callable[[DesiredRelease], Awaitable[None]]
     """What the platform does after an install (the local-backend: on its own)."""
 
@@ -66,6 +69,7 @@ async def local_harness(nats_url: str, tmp_path: Path) -> AsyncIterator[Harness]
         yield Harness(
             backend=LocalReleaseBackend(bus, resync_s=0.2),
             release=desired_release(digest=digest),
+            pulled=None,
             settle=_nothing,
         )
     finally:
@@ -82,8 +86,9 @@ def helm_harness(helm_backend: HelmReleaseBackend, cluster: FakeCluster) -> Harn
         await asyncio.to_thread(cluster.deployment, release.release, replicas=1, ready=1)
 
     return Harness(
-        backend=helm_backend.bind(pulled),
+        backend=helm_backend,
         release=desired(pulled),
+        pulled=pulled,
         settle=deployment_becomes_ready,
     )
 
@@ -100,9 +105,10 @@ class TestReleaseBackendContract:
     ) -> None:
         release, backend = harness.release, harness.backend
 
-        await backend.install(release)
+        await backend.install(release, pulled=harness.pulled)
         await harness.settle(release)
         observed = await backend.wait_ready(
+            pulled=harness.pulled,
             namespace=release.namespace,
             release=release.release,
             saga_id=release.saga_id,
@@ -129,9 +135,10 @@ class TestReleaseBackendContract:
         self, harness: Harness
     ) -> None:
         release, backend = harness.release, harness.backend
-        await backend.install(release)
+        await backend.install(release, pulled=harness.pulled)
         await harness.settle(release)
         await backend.wait_ready(
+            pulled=harness.pulled,
             namespace=release.namespace,
             release=release.release,
             saga_id=release.saga_id,
@@ -139,7 +146,10 @@ class TestReleaseBackendContract:
         )
 
         removed = await backend.uninstall(
-            namespace=release.namespace, release=release.release, timeout_s=20
+            pulled=harness.pulled,
+            namespace=release.namespace,
+            release=release.release,
+            timeout_s=20,
         )
 
         assert removed is True
@@ -150,7 +160,7 @@ class TestReleaseBackendContract:
         release = harness.release
 
         removed = await harness.backend.uninstall(
-            namespace=release.namespace, release=release.release, timeout_s=5
+            pulled=harness.pulled, namespace=release.namespace, release=release.release, timeout_s=5
         )
 
         assert removed is False
@@ -159,7 +169,7 @@ class TestReleaseBackendContract:
         self, harness: Harness
     ) -> None:
         release, backend = harness.release, harness.backend
-        await backend.install(release)
+        await backend.install(release, pulled=harness.pulled)
 
         assert await backend.releases(namespace=release.namespace, run_name="other-run") == []
         assert await backend.releases(namespace="team-b", run_name=release.run_name) == []

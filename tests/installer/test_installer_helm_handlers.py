@@ -1,5 +1,5 @@
 """Installer handlers with several backends: each act lands on the backend holding the
-release, and an install goes through the view bound to the run's PlntBackend.
+release, and an install passes the run's spec.pulled (its PlntBackend) to the backend.
 
 A real nats-server carries the events; the backends are in-memory ``ReleaseBackend``s
 that record what they were told (the adapters have their own tests).
@@ -27,7 +27,6 @@ from plnt_common.events import InstallFailed as InstallFailedEvent
 from plnt_common.releases import DesiredRelease, ObservedRelease, ReleasePhase, ReleaseRole
 from plnt_common.status import Reason
 from plnt_installer.handlers import InstallerHandlers
-from plnt_installer.ports import ReleaseBackend
 
 
 class MemoryBackend:
@@ -38,15 +37,25 @@ class MemoryBackend:
         self.held: dict[str, DesiredRelease] = {}
         self.calls: list[str] = []
         self.refuse: str = ""
+        self.installed_onto: list[str] = []
+        """The PlntBackend of each install that passed its spec.pulled."""
 
-    async def install(self, release: DesiredRelease) -> None:
+    async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         self.calls.append(f"install {release.release} {release.role.value}")
+        if pulled is not None:
+            self.installed_onto.append(pulled.backend_name)
         if self.refuse:
             raise InstallFailed(self.refuse)
         self.held[release.release] = release
 
     async def wait_ready(
-        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
+        self,
+        *,
+        namespace: str,
+        release: str,
+        saga_id: str,
+        timeout_s: float,
+        pulled: SpecPulled | None = None,
     ) -> ObservedRelease:
         held = self.held[release]
         return ObservedRelease(
@@ -58,7 +67,9 @@ class MemoryBackend:
             url=f"http://{self.name}/{release}",
         )
 
-    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
+    async def uninstall(
+        self, *, namespace: str, release: str, timeout_s: float, pulled: SpecPulled | None = None
+    ) -> bool:
         self.calls.append(f"uninstall {release}")
         return self.held.pop(release, None) is not None
 
@@ -70,18 +81,6 @@ class MemoryBackend:
 
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
         return None
-
-
-class BindableMemoryBackend(MemoryBackend):
-    """Serves several PlntBackends, like the Helm backend."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.bound: list[str] = []
-
-    def bind(self, pulled: SpecPulled) -> ReleaseBackend:
-        self.bound.append(pulled.backend_name)
-        return self
 
 
 @pytest.fixture
@@ -97,12 +96,12 @@ def local() -> MemoryBackend:
 
 
 @pytest.fixture
-def kube() -> BindableMemoryBackend:
-    return BindableMemoryBackend("kube")
+def kube() -> MemoryBackend:
+    return MemoryBackend("kube")
 
 
 @pytest.fixture
-def handlers(bus: Bus, local: MemoryBackend, kube: BindableMemoryBackend) -> InstallerHandlers:
+def handlers(bus: Bus, local: MemoryBackend, kube: MemoryBackend) -> InstallerHandlers:
     return InstallerHandlers(
         bus=bus,
         backends={"local": local, "kubernetes": kube},
@@ -139,14 +138,14 @@ def _release(generation: int, *, role: ReleaseRole = ReleaseRole.CANARY) -> Desi
     return desired(spec_pulled(generation=generation)).model_copy(update={"role": role})
 
 
-async def test_a_spec_for_a_kubernetes_backend_installs_through_the_view_bound_to_it(
-    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+async def test_a_spec_for_a_kubernetes_backend_installs_onto_its_plntbackend(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
 ) -> None:
     pulled = spec_pulled()
 
     await _handle(handlers, _event(EventType.SPEC_PULLED, pulled, generation=1))
 
-    assert kube.bound == [pulled.backend_name]
+    assert kube.installed_onto == [pulled.backend_name]
     assert kube.held == {"review-responder-g1": desired(pulled)}
     assert local.calls == []
     [(kind, data)] = await _published(bus)
@@ -155,7 +154,7 @@ async def test_a_spec_for_a_kubernetes_backend_installs_through_the_view_bound_t
 
 
 async def test_an_install_the_backend_refuses_publishes_install_failed_at_once(
-    bus: Bus, handlers: InstallerHandlers, kube: BindableMemoryBackend
+    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
 ) -> None:
     kube.refuse = "helm upgrade --install plnt-runners/review-responder-g1: execution error"
 
@@ -168,7 +167,7 @@ async def test_an_install_the_backend_refuses_publishes_install_failed_at_once(
 
 
 async def test_compensation_removes_the_canary_from_the_backend_holding_it(
-    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
 ) -> None:
     stable, canary = _release(1, role=ReleaseRole.STABLE), _release(2)
     kube.held = {stable.release: stable, canary.release: canary}
@@ -189,7 +188,7 @@ async def test_compensation_removes_the_canary_from_the_backend_holding_it(
 
 
 async def test_compensation_of_a_canary_listed_nowhere_asks_every_backend_to_remove_it(
-    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
 ) -> None:
     failed = InstallFailedEvent(
         reason=Reason.INSTALL_FAILED, message="x", revision="1.2.0-g1", release="r"
@@ -203,7 +202,7 @@ async def test_compensation_of_a_canary_listed_nowhere_asks_every_backend_to_rem
 
 
 async def test_promotion_promotes_and_retires_each_release_where_it_is(
-    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
 ) -> None:
     # the run moved from the local backend (generation 1) to a kubernetes one (generation 2)
     old, canary = _release(1, role=ReleaseRole.STABLE), _release(2)
@@ -220,7 +219,7 @@ async def test_promotion_promotes_and_retires_each_release_where_it_is(
 
 
 async def test_deletion_removes_every_release_on_every_backend(
-    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: BindableMemoryBackend
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
 ) -> None:
     old, current = _release(1, role=ReleaseRole.STABLE), _release(2)
     local.held = {old.release: old}

@@ -37,7 +37,7 @@ async def test_the_previous_stable_is_kept_by_an_upgrade_to_role_previous_at_rep
 ) -> None:
     pulled = spec_pulled()
     release = desired(pulled)
-    await helm_backend.bind(pulled).install(release)
+    await helm_backend.install(release, pulled=pulled)
     await helm_backend.install(promoted(release))
     as_stable = fake_helm.revisions(RELEASE)[-1]["values"]
     as_stable["autoscaling"]["targetInvocationsPerSecond"] = 5  # an HPA while it serves

@@ -33,7 +33,6 @@ from plnt_common.releases import DesiredRelease, ReleaseRole, release_name
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
 from plnt_installer import keep, logic
-from plnt_installer.kube_ports import BindableBackend
 from plnt_installer.ports import ReleaseBackend
 
 log = get_logger(__name__)
@@ -102,7 +101,7 @@ class InstallerHandlers:
             )
 
     def _backend_for(self, data: SpecPulled) -> ReleaseBackend:
-        """The backend of the PlntBackend's type, bound to that PlntBackend if it serves many."""
+        """The backend of the PlntBackend's type; each call passes ``data`` as the context."""
         backend = self._backends.get(data.backend.type)
         if backend is None:
             raise BackendUnavailable(
@@ -110,8 +109,6 @@ class InstallerHandlers:
                 "which this installer does not drive "
                 f"(available: {', '.join(sorted(self._backends))})"
             )
-        if isinstance(backend, BindableBackend):
-            return backend.bind(data)
         return backend
 
     async def _held(
@@ -159,7 +156,7 @@ class InstallerHandlers:
         try:
             # an install the backend refuses outright (e.g. Helm cannot render the chart)
             # fails the step now rather than after every redelivery
-            await backend.install(desired)
+            await backend.install(desired, pulled=data)
             SIDE_EFFECTS.labels(SERVICE, "canary_install").inc()
             log.info("canary.installing", release=desired.release, revision=desired.revision)
             observed = await backend.wait_ready(
@@ -167,6 +164,7 @@ class InstallerHandlers:
                 release=desired.release,
                 saga_id=event.sagaid,
                 timeout_s=self._ready_timeout_s,
+                pulled=data,
             )
         except InstallFailed as exc:
             failed = InstallFailedEvent(
@@ -185,6 +183,7 @@ class InstallerHandlers:
                 namespace=desired.namespace,
                 release=desired.release,
                 timeout_s=self._uninstall_timeout_s,
+                pulled=data,
             )
             if state is SagaState.SUPERSEDED:
                 await self._end(

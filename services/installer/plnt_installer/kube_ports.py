@@ -1,31 +1,16 @@
 """Ports of the installer's Kubernetes backend, beside ``ports.ReleaseBackend``.
 
 The Helm backend serves every ``PlntBackend`` of type kubernetes, so it needs what a
-single-target backend does not: which PlntBackend an install goes to (``bind``), the
-catalog of them (to find a release again later), the workflow spec bytes (the runner's
-ConfigMap), and Deployment status. Only ``typing.Protocol`` definitions live here;
-adapters implement them, and no method raises an infrastructure exception.
+single-target backend does not: the catalog of them (to find a release again later),
+the workflow spec bytes (the runner's ConfigMap), and Deployment status. Only
+``typing.Protocol`` definitions live here; adapters implement them, and no method
+raises an infrastructure exception.
 """
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
-from plnt_common.events import SpecPulled
 from plnt_common.resources import PlntBackendSpec
-from plnt_installer.ports import ReleaseBackend
 from plnt_installer.readiness import DeploymentState
-
-
-@runtime_checkable
-class BindableBackend(Protocol):
-    """A ``ReleaseBackend`` serving several PlntBackends; an install must say which."""
-
-    def bind(self, pulled: SpecPulled) -> ReleaseBackend:
-        """This backend acting on the PlntBackend ``pulled`` names, for the run it carries.
-
-        The bound view installs onto ``pulled.backend`` with the run's placement (node
-        selector, replica bounds); the unbound backend finds existing releases itself.
-        """
-        ...
 
 
 class KubernetesTargets(Protocol):

@@ -2,24 +2,36 @@
 
 from typing import Protocol
 
+from plnt_common.events import SpecPulled
 from plnt_common.releases import DesiredRelease, ObservedRelease
 
 
 class ReleaseBackend(Protocol):
     """Runs releases of WorkflowRuns somewhere (local processes, Helm on Kubernetes).
 
-    Adapters do what they are told; whether to act is decided in ``logic``.
+    Adapters do what they are told; whether to act is decided in ``logic``. ``pulled``
+    is the install's context, the spec.pulled it serves (its PlntBackend, the run's
+    placement): a backend serving several PlntBackends acts on that one, and without it
+    finds the release wherever it is. A single-target backend ignores it.
     """
 
-    async def install(self, release: DesiredRelease) -> None:
+    async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         """Record ``release`` as desired (create or update); returns without waiting."""
 
     async def wait_ready(
-        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
+        self,
+        *,
+        namespace: str,
+        release: str,
+        saga_id: str,
+        timeout_s: float,
+        pulled: SpecPulled | None = None,
     ) -> ObservedRelease:
         """Wait until the release serves; raises ``InstallFailed`` on failure or timeout."""
 
-    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
+    async def uninstall(
+        self, *, namespace: str, release: str, timeout_s: float, pulled: SpecPulled | None = None
+    ) -> bool:
         """Remove the release and wait until it is gone; False when it was not there."""
 
     async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:

@@ -11,9 +11,10 @@ failed, as Flux helm-controller does (the decision is ``remediation.remediate``)
 Readiness comes from the Deployment in the Kubernetes API, polled without blocking the
 loop and bounded by the caller's timeout, never from ``helm --wait``.
 
-One backend object serves every kubernetes PlntBackend: ``bind(spec.pulled)`` gives the
-view an install goes through; the backend itself finds existing releases by asking each
-PlntBackend's cluster (compensation, promotion and removal know only the run).
+One backend object serves every kubernetes PlntBackend: an install passes its spec.pulled
+(``pulled``), naming the PlntBackend and the run's placement; without it the backend finds
+existing releases by asking each PlntBackend's cluster (compensation, promotion and
+removal know only the run).
 
 It does what it is told; whether to install, promote or remove is the handlers' call.
 """
@@ -48,7 +49,6 @@ from plnt_installer.adapters.helm_values import (
 from plnt_installer.adapters.kube_access import Connection
 from plnt_installer.adapters.kube_errors import ReleaseBusy
 from plnt_installer.kube_ports import KubernetesTargets, SpecSource
-from plnt_installer.ports import ReleaseBackend
 from plnt_installer.readiness import judge
 from plnt_installer.remediation import (
     HelmStatus,
@@ -127,39 +127,54 @@ class HelmReleaseBackend:
         self._poll_s = poll_s
         self._pending_grace_s = pending_grace_s
 
-    def bind(self, pulled: SpecPulled) -> ReleaseBackend:
-        """The view installing onto ``pulled``'s PlntBackend with its run's placement."""
-        target = _Target(name=pulled.backend_name, spec=pulled.backend)
-        return _BoundHelmBackend(self, target, placement_of(pulled.run))
+    # --- ReleaseBackend: on the PlntBackend ``pulled`` names, else wherever it is ------
 
-    # --- ReleaseBackend, finding the release on any kubernetes PlntBackend ----------
+    async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
+        """Remedy, then ``helm upgrade --install``; no waiting.
 
-    async def install(self, release: DesiredRelease) -> None:
-        """Upgrade an existing release (e.g. its role), wherever it is.
-
-        Raises ``BackendUnavailable`` when no kubernetes PlntBackend holds it: a first
-        install must name its PlntBackend through ``bind``.
+        With ``pulled``, onto its PlntBackend with its run's placement; without, an
+        existing release is upgraded (e.g. its role) wherever it is, and
+        ``BackendUnavailable`` is raised when no kubernetes PlntBackend holds it.
         """
+        if pulled is not None:
+            await self._apply(_target_of(pulled), release, placement=placement_of(pulled.run))
+            return
         found = await self._locate(namespace=release.namespace, release=release.release)
         if found is None:
             raise BackendUnavailable(
                 f"release {release.namespace}/{release.release} is on no kubernetes "
-                "PlntBackend; a first install goes through bind(spec.pulled)"
+                "PlntBackend; a first install must pass its spec.pulled"
             )
         await self._apply(found.target, release, placement=None)
 
     async def wait_ready(
-        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
+        self,
+        *,
+        namespace: str,
+        release: str,
+        saga_id: str,
+        timeout_s: float,
+        pulled: SpecPulled | None = None,
     ) -> ObservedRelease:
-        found = await self._locate(namespace=namespace, release=release)
-        if found is None:
-            raise InstallFailed(f"release {release} of namespace {namespace} is not installed")
+        """Poll the Deployment until ready; ``InstallFailed`` naming what was observed."""
+        if pulled is not None:
+            target = _target_of(pulled)
+        else:
+            found = await self._locate(namespace=namespace, release=release)
+            if found is None:
+                raise InstallFailed(f"release {release} of namespace {namespace} is not installed")
+            target = found.target
         return await self._wait(
-            found.target, namespace=namespace, release=release, saga_id=saga_id, timeout_s=timeout_s
+            target, namespace=namespace, release=release, saga_id=saga_id, timeout_s=timeout_s
         )
 
-    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
-        found = await self._locate(namespace=namespace, release=release)
+    async def uninstall(
+        self, *, namespace: str, release: str, timeout_s: float, pulled: SpecPulled | None = None
+    ) -> bool:
+        if pulled is not None:
+            found = await self._find(_target_of(pulled), namespace=namespace, release=release)
+        else:
+            found = await self._locate(namespace=namespace, release=release)
         if found is None:
             return False
         await self._remove(found, timeout_s=timeout_s)
@@ -447,46 +462,6 @@ class HelmReleaseBackend:
         return await self._connector.connect(backend_name=target.name, target=target.kube)
 
 
-class _BoundHelmBackend:
-    """``HelmReleaseBackend`` acting on one PlntBackend, for one run's install."""
-
-    def __init__(self, backend: HelmReleaseBackend, target: _Target, placement: Placement):
-        self._backend = backend
-        self._target = target
-        self._placement = placement
-
-    async def install(self, release: DesiredRelease) -> None:
-        """Remedy, then ``helm upgrade --install`` onto this PlntBackend; no waiting."""
-        await self._backend._apply(self._target, release, placement=self._placement)
-
-    async def wait_ready(
-        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
-    ) -> ObservedRelease:
-        """Poll the Deployment until ready; ``InstallFailed`` naming what was observed."""
-        return await self._backend._wait(
-            self._target,
-            namespace=namespace,
-            release=release,
-            saga_id=saga_id,
-            timeout_s=timeout_s,
-        )
-
-    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
-        found = await self._backend._find(self._target, namespace=namespace, release=release)
-        if found is None:
-            return False
-        await self._backend._remove(found, timeout_s=timeout_s)
-        return True
-
-    async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
-        found = await self._backend._list(self._target, namespace=namespace, run_name=run_name)
-        return sorted(found, key=lambda r: r.release)
-
-    async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
-        found = await self._backend._find(self._target, namespace=namespace, release=release)
-        return None if found is None else await self._backend._observe(found)
-
-
 def _same_rollout(recorded: DesiredRelease | None, wanted: DesiredRelease) -> bool:
     """Whether the recorded values install what ``wanted`` does, role aside."""
     if recorded is None:
@@ -504,6 +479,10 @@ def _skip_or_raise(target: _Target, exc: PlntError) -> None:
     if exc.retryable:
         raise exc
     log.error("backend.skipped", backend=target.name, error=str(exc))
+
+
+def _target_of(pulled: SpecPulled) -> _Target:
+    return _Target(name=pulled.backend_name, spec=pulled.backend)
 
 
 def _where(target: _Target, namespace: str, name: str) -> str:

@@ -23,6 +23,7 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.bus.kv_watch import IDLE, next_update
 from plnt_common.errors import BackendUnavailable, BusUnavailable, InstallFailed
+from plnt_common.events import SpecPulled
 from plnt_common.logs import get_logger
 from plnt_common.releases import (
     DESIRED_PREFIX,
@@ -61,14 +62,17 @@ class UninstallTimedOut(BackendUnavailable):
 
 
 class LocalReleaseBackend:
-    """Drives the local-backend through ``plnt-releases``; see ``ReleaseBackend``."""
+    """Drives the local-backend through ``plnt-releases``; see ``ReleaseBackend``.
+
+    There is one local-backend, so the install context (``pulled``) changes nothing.
+    """
 
     def __init__(self, bus: Bus, *, resync_s: float = RESYNC_S) -> None:
         self._kv = bus.releases
         self._nc = bus.nc
         self._resync_s = resync_s
 
-    async def install(self, release: DesiredRelease) -> None:
+    async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         """Record ``release`` as desired (create or replace); returns without waiting.
 
         A record that differs only in ``role`` (canary promoted to stable) keeps the
@@ -82,7 +86,13 @@ class LocalReleaseBackend:
         log.info("release.desired", release=release.release, revision=release.revision)
 
     async def wait_ready(
-        self, *, namespace: str, release: str, saga_id: str, timeout_s: float
+        self,
+        *,
+        namespace: str,
+        release: str,
+        saga_id: str,
+        timeout_s: float,
+        pulled: SpecPulled | None = None,
     ) -> ObservedRelease:
         """Wait until the release is observed Ready for ``saga_id`` and its desired revision.
 
@@ -128,7 +138,9 @@ class LocalReleaseBackend:
             )
         return outcome.last
 
-    async def uninstall(self, *, namespace: str, release: str, timeout_s: float) -> bool:
+    async def uninstall(
+        self, *, namespace: str, release: str, timeout_s: float, pulled: SpecPulled | None = None
+    ) -> bool:
         """Delete the desired record and wait until the observed record is gone too.
 
         Returns False when neither record existed (nothing to remove). The observed record
