@@ -29,7 +29,7 @@ from installer_helm_support import (
 from kubernetes import config
 from kubernetes.config import kube_config
 
-from plnt_installer.adapters.helm_releases import HelmReleaseBackend
+from plnt_installer.adapters.helm.backend import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_testkit.kube_emulator import KubeEmulator
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from installer_helm_support import (
+    CHART,
     DIGEST,
     HELM_NS,
     IN_CLUSTER,
@@ -40,7 +41,8 @@ from installer_helm_support import (
 
 from plnt_common.errors import BackendUnavailable, InstallFailed
 from plnt_common.releases import ObservedRelease, ReleasePhase, ReleaseRole
-from plnt_installer.adapters.helm_releases import HelmReleaseBackend
+from plnt_installer.adapters.helm.backend import HelmReleaseBackend
+from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.kube_errors import ReleaseBusy
 
 URL = f"http://{RELEASE}.{HELM_NS}.svc.cluster.local:80"
@@ -492,7 +494,7 @@ async def test_a_missing_helm_executable_is_reported_as_such(
 
 
 async def test_the_saga_id_and_role_of_a_release_are_read_from_helm_alone(
-    helm_backend: HelmReleaseBackend, fake_helm: FakeHelm, specs: MemorySpecs, tmp_path: Path
+    helm_backend: HelmReleaseBackend, specs: MemorySpecs, connector: KubeConnector
 ) -> None:
     """A restarted installer (a new backend object, no memory) sees the same releases."""
     pulled = spec_pulled()
@@ -500,8 +502,8 @@ async def test_the_saga_id_and_role_of_a_release_are_read_from_helm_alone(
     restarted = HelmReleaseBackend(
         targets=StaticTargets({IN_CLUSTER: pulled.backend}),
         specs=specs,
-        connector=helm_backend._connector,
-        chart=helm_backend._chart,
+        connector=connector,
+        chart=CHART,
     )
 
     assert await restarted.releases(namespace=RUN_NS, run_name=RUN) == [desired(pulled)]

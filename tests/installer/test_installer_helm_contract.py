@@ -22,7 +22,7 @@ from plnt_common.bus.bus import Bus
 from plnt_common.events import SpecPulled
 from plnt_common.releases import DesiredRelease, ReleasePhase
 from plnt_common.workflow import spec_digest
-from plnt_installer.adapters.helm_releases import HelmReleaseBackend
+from plnt_installer.adapters.helm.backend import HelmReleaseBackend
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
 from plnt_installer.ports import ReleaseBackend
 

@@ -20,7 +20,7 @@ from installer_helm_support import (
 )
 
 from plnt_common.releases import ReleaseRole
-from plnt_installer.adapters.helm_releases import HelmReleaseBackend
+from plnt_installer.adapters.helm.backend import HelmReleaseBackend
 
 
 def rendered(values: dict[str, Any], kind: str) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from plnt_common.events import EventType
 from plnt_common.kube import PlntBackendReader, api_client
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
-from plnt_installer.adapters.helm_releases import HelmReleaseBackend
+from plnt_installer.adapters.helm.backend import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.kube_observations import KubeObservations
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
