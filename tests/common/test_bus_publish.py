@@ -6,7 +6,8 @@ import pytest
 import structlog.testing
 
 from plnt_common import subjects
-from plnt_common.bus.bus import Bus, message_id
+from plnt_common.bus.bus import PUBLISH_RETRY_DELAYS_S, Bus, message_id
+from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.errors import BusUnavailable
 from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
 from plnt_common.nats_server import NatsServer
@@ -126,3 +127,19 @@ async def test_the_bus_binds_each_bucket_of_the_contract_by_its_name(nats_url: s
     stored = await (await bus.js.object_store(subjects.SPECS_OBJECT_STORE)).get("probe")
     assert stored.data == b"spec"
     await bus.close()
+
+
+async def test_a_publish_backs_off_while_no_stream_takes_it_and_lands_once_it_is_back(
+    bus: Bus,
+) -> None:
+    await bus.js.delete_stream(subjects.STREAM)  # every attempt: no responders, at once
+    with structlog.testing.capture_logs() as logs:
+        publishing = asyncio.create_task(bus.publish(deleted("nostream"), deadline_s=30))
+        await asyncio.sleep(4.5)  # past the back-off's longest delay
+        assert not publishing.done()
+        await ensure_jetstream(bus.js)
+        assert await asyncio.wait_for(publishing, timeout=30) is True
+    assert (await bus.js.stream_info(subjects.STREAM)).state.messages == 1
+    attempts = [line["attempt"] for line in logs if line["event"] == "bus.publish_retry"]
+    assert len(attempts) > len(PUBLISH_RETRY_DELAYS_S)  # the longest delay repeated
+    assert attempts == list(range(1, len(attempts) + 1))

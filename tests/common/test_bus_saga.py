@@ -180,3 +180,9 @@ def test_a_claim_holding_only_its_type_encodes_as_the_type() -> None:
     assert TerminalClaim("run.failed").encode() == b"run.failed"
     # bytes that are not UTF-8 still read back as a claim, never an error
     assert TerminalClaim.decode(b"run.\xff") == TerminalClaim("run.\ufffd")
+
+
+async def test_an_unreadable_claim_ends_the_saga_as_a_claim_of_no_type(bus: Bus) -> None:
+    cause = started("unreadable-claim")
+    await bus.sagas.create(cause.sagaid, b'{"not": "an event"')
+    assert await bus.terminal_claim(cause.sagaid) == TerminalClaim("")

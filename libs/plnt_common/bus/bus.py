@@ -69,7 +69,7 @@ class Bus:
             retry_on_start=wait_for_server,
             on_reconnected=reconnects.mark,
         )
-        js = nc.jetstream(timeout=5)
+        js = nc.jetstream()  # the client's API timeout: 5 s
         await ensure_jetstream(js, replicas=replicas_setting())
         return cls(
             nc=nc,

@@ -31,7 +31,8 @@ async def latest_saga(bus: Bus, namespace: str, name: str) -> tuple[str, int]:
         entry = await bus.sagas.get(latest_key(namespace, name))
     except (KeyNotFoundError, KeyDeletedError):
         return "", 0
-    return (entry.value or b"").decode(), entry.revision or 0
+    assert entry.revision is not None  # a stored entry always has one
+    return (entry.value or b"").decode(), entry.revision
 
 
 async def advance_latest_saga(
@@ -45,9 +46,8 @@ async def advance_latest_saga(
     after the call.
     """
     key = latest_key(namespace, name)
+    current, revision = read or await latest_saga(bus, namespace, name)
     for _ in range(CAS_ATTEMPTS):
-        current, revision = read or await latest_saga(bus, namespace, name)
-        read = None
         if current == sagaid:
             return current
         if (
@@ -62,6 +62,7 @@ async def advance_latest_saga(
             else:
                 await bus.sagas.create(key, sagaid.encode())
         except KeyWrongLastSequenceError:
+            current, revision = await latest_saga(bus, namespace, name)
             continue
         return sagaid
     raise Conflict(f"{key} kept changing")
