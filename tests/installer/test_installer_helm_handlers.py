@@ -5,7 +5,7 @@ A real nats-server carries the events; the backends are in-memory ``ReleaseBacke
 that record what they were told (the adapters have their own tests).
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 import pytest
@@ -14,6 +14,7 @@ from installer_helm_support import RUN, RUN_NS, desired, promoted, spec_pulled
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.history import read_events
+from plnt_common.bus.saga import advance_latest_saga
 from plnt_common.errors import InstallFailed
 from plnt_common.events import (
     Envelope,
@@ -39,6 +40,8 @@ class MemoryBackend:
         self.refuse: str = ""
         self.installed_onto: list[str] = []
         """The PlntBackend of each install that passed its spec.pulled."""
+        self.while_waiting: Callable[[], Awaitable[object]] | None = None
+        """What happens elsewhere while an install waits for readiness."""
 
     async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         self.calls.append(f"install {release.release} {release.role.value}")
@@ -57,6 +60,8 @@ class MemoryBackend:
         timeout_s: float,
         pulled: SpecPulled | None = None,
     ) -> ObservedRelease:
+        if self.while_waiting is not None:
+            await self.while_waiting()
         held = self.held[release]
         return ObservedRelease(
             namespace=namespace,
@@ -151,6 +156,20 @@ async def test_a_spec_for_a_kubernetes_backend_installs_onto_its_plntbackend(
     [(kind, data)] = await _published(bus)
     assert kind is EventType.CANARY_INSTALLED
     assert data["canary"]["url"] == "http://kube/review-responder-g1"
+
+
+async def test_a_saga_superseded_while_its_canary_started_removes_it_and_rolls_back(
+    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
+) -> None:
+    newer = f"{RUN_NS}.{RUN}.2.1"
+    kube.while_waiting = lambda: advance_latest_saga(bus, RUN_NS, RUN, newer)
+
+    await _handle(handlers, _event(EventType.SPEC_PULLED, spec_pulled(), generation=1))
+
+    assert kube.calls == ["install review-responder-g1 canary", "uninstall review-responder-g1"]
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.RUN_ROLLED_BACK
+    assert data["reason"] == Reason.SUPERSEDED.value
 
 
 async def test_an_install_the_backend_refuses_publishes_install_failed_at_once(

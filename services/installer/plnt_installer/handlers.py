@@ -7,7 +7,7 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import latest_saga, observe_saga
 from plnt_common.bus.saga_events import last_of_saga
-from plnt_common.errors import BackendUnavailable, InstallFailed
+from plnt_common.errors import InstallFailed
 from plnt_common.events import (
     CanaryInstalled,
     CanaryRef,
@@ -29,7 +29,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.messages import SUPERSEDED, deadline_passed
 from plnt_common.metrics import SIDE_EFFECTS
-from plnt_common.releases import DesiredRelease, ReleaseRole, release_name
+from plnt_common.releases import DesiredRelease, ObservedRelease, ReleaseRole, release_name
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
 from plnt_installer import keep, logic
@@ -100,17 +100,6 @@ class InstallerHandlers:
                 follow_up(event, EventType.RUN_REMOVED, RunRemoved(), source=SERVICE)
             )
 
-    def _backend_for(self, data: SpecPulled) -> ReleaseBackend:
-        """The backend of the PlntBackend's type; each call passes ``data`` as the context."""
-        backend = self._backends.get(data.backend.type)
-        if backend is None:
-            raise BackendUnavailable(
-                f"PlntBackend {data.backend_name!r} is of type {data.backend.type!r}, "
-                "which this installer does not drive "
-                f"(available: {', '.join(sorted(self._backends))})"
-            )
-        return backend
-
     async def _held(
         self, namespace: str, run_name: str
     ) -> list[tuple[ReleaseBackend, DesiredRelease]]:
@@ -126,40 +115,67 @@ class InstallerHandlers:
         return held
 
     async def _install(self, event: Envelope) -> None:
+        """spec.pulled: install the canary, wait until it serves, publish canary.installed."""
         data: SpecPulled = event.payload()
-        state = await observe_saga(self._bus, event)
-        if state is SagaState.ENDED:
+        if not await self._may_install(event):
             return
-        if state is SagaState.SUPERSEDED:
-            await self._end(
-                event,
-                EventType.RUN_FAILED,
-                RunFailed(
-                    reason=Reason.SUPERSEDED,
-                    message=SUPERSEDED,
-                    phase=Phase.INSTALLING,
-                ),
-            )
-            return
-        try:
-            backend = self._backend_for(data)
-        except BackendUnavailable as exc:
-            await self._end(
-                event,
-                EventType.RUN_FAILED,
-                RunFailed(
-                    reason=Reason.BACKEND_UNAVAILABLE, message=str(exc), phase=Phase.INSTALLING
-                ),
-            )
+        backend = await self._choose_backend(event, data)
+        if backend is None:
             return
         desired = logic.desired_canary(data, saga_id=event.sagaid)
+        if not await self._install_canary(event, data, backend, desired):
+            return
+        observed = await self._wait_ready(event, data, backend, desired)
+        if observed is None or not await self._still_wanted(event, data, backend, desired):
+            return
+        await self._publish_installed(event, data, desired, observed)
+
+    async def _may_install(self, event: Envelope) -> bool:
+        """Whether the saga is still the run's; a superseded one is ended here."""
+        state = await observe_saga(self._bus, event)
+        if state is SagaState.SUPERSEDED:
+            superseded = RunFailed(
+                reason=Reason.SUPERSEDED, message=SUPERSEDED, phase=Phase.INSTALLING
+            )
+            await self._end(event, EventType.RUN_FAILED, superseded)
+        return state is SagaState.CURRENT
+
+    async def _choose_backend(self, event: Envelope, data: SpecPulled) -> ReleaseBackend | None:
+        """The backend of the PlntBackend's type; None (the saga failed) when none is."""
+        backend = self._backends.get(data.backend.type)
+        if backend is None:
+            message = (
+                f"PlntBackend {data.backend_name!r} is of type {data.backend.type!r}, "
+                "which this installer does not drive "
+                f"(available: {', '.join(sorted(self._backends))})"
+            )
+            unavailable = RunFailed(
+                reason=Reason.BACKEND_UNAVAILABLE, message=message, phase=Phase.INSTALLING
+            )
+            await self._end(event, EventType.RUN_FAILED, unavailable)
+        return backend
+
+    async def _install_canary(
+        self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
+    ) -> bool:
+        """Ask the backend for the canary; False once install.failed is published."""
         try:
+            await backend.install(desired, pulled=data)
+        except InstallFailed as exc:
             # an install the backend refuses outright (e.g. Helm cannot render the chart)
             # fails the step now rather than after every redelivery
-            await backend.install(desired, pulled=data)
-            SIDE_EFFECTS.labels(SERVICE, "canary_install").inc()
-            log.info("canary.installing", release=desired.release, revision=desired.revision)
-            observed = await backend.wait_ready(
+            await self._publish_install_failed(event, desired, exc)
+            return False
+        SIDE_EFFECTS.labels(SERVICE, "canary_install").inc()
+        log.info("canary.installing", release=desired.release, revision=desired.revision)
+        return True
+
+    async def _wait_ready(
+        self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
+    ) -> ObservedRelease | None:
+        """The canary once it serves; None once install.failed is published."""
+        try:
+            return await backend.wait_ready(
                 namespace=desired.namespace,
                 release=desired.release,
                 saga_id=event.sagaid,
@@ -167,35 +183,44 @@ class InstallerHandlers:
                 pulled=data,
             )
         except InstallFailed as exc:
-            failed = InstallFailedEvent(
-                reason=Reason.INSTALL_FAILED,
-                message=str(exc),
-                revision=desired.revision,
-                release=desired.release,
-            )
-            await self._bus.publish(
-                follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE)
-            )
-            return
+            await self._publish_install_failed(event, desired, exc)
+            return None
+
+    async def _publish_install_failed(
+        self, event: Envelope, desired: DesiredRelease, exc: InstallFailed
+    ) -> None:
+        failed = InstallFailedEvent(
+            reason=Reason.INSTALL_FAILED,
+            message=str(exc),
+            revision=desired.revision,
+            release=desired.release,
+        )
+        await self._bus.publish(follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE))
+
+    async def _still_wanted(
+        self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
+    ) -> bool:
+        """Whether the saga is still current now the canary serves; if not it is removed
+        (superseded or timed out while we installed) and a superseded saga ended."""
         state = await observe_saga(self._bus, event)
-        if state is not SagaState.CURRENT:  # superseded or timed out while we installed
-            await backend.uninstall(
-                namespace=desired.namespace,
-                release=desired.release,
-                timeout_s=self._uninstall_timeout_s,
-                pulled=data,
+        if state is SagaState.CURRENT:
+            return True
+        await backend.uninstall(
+            namespace=desired.namespace,
+            release=desired.release,
+            timeout_s=self._uninstall_timeout_s,
+            pulled=data,
+        )
+        if state is SagaState.SUPERSEDED:
+            rolled_back = RunRolledBack(
+                revision=desired.revision, reason=Reason.SUPERSEDED, message=SUPERSEDED
             )
-            if state is SagaState.SUPERSEDED:
-                await self._end(
-                    event,
-                    EventType.RUN_ROLLED_BACK,
-                    RunRolledBack(
-                        revision=desired.revision,
-                        reason=Reason.SUPERSEDED,
-                        message=SUPERSEDED,
-                    ),
-                )
-            return
+            await self._end(event, EventType.RUN_ROLLED_BACK, rolled_back)
+        return False
+
+    async def _publish_installed(
+        self, event: Envelope, data: SpecPulled, desired: DesiredRelease, observed: ObservedRelease
+    ) -> None:
         canary = CanaryRef(
             revision=desired.revision,
             release=desired.release,
@@ -203,13 +228,9 @@ class InstallerHandlers:
             spec_digest=data.spec_digest,
         )
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
+        installed = CanaryInstalled(run=data.run, canary=canary)
         await self._bus.publish(
-            follow_up(
-                event,
-                EventType.CANARY_INSTALLED,
-                CanaryInstalled(run=data.run, canary=canary),
-                source=SERVICE,
-            )
+            follow_up(event, EventType.CANARY_INSTALLED, installed, source=SERVICE)
         )
         log.info("canary.installed", release=desired.release, url=observed.url)
 
