@@ -1,6 +1,7 @@
 """Publishing on a real nats-server: one message id per saga step, and closing."""
 
 import asyncio
+import signal
 
 import pytest
 import structlog.testing
@@ -107,6 +108,7 @@ async def test_a_publish_gives_up_at_its_deadline_naming_what_failed(
         await bus.publish(deleted("late"), deadline_s=1.0)
     assert 0.9 <= loop.time() - started < 10
     nats_server.start()
+    await bus.reconnects.next()  # a bus closes once it is connected again
     await bus.close()
 
 
@@ -143,3 +145,20 @@ async def test_a_publish_backs_off_while_no_stream_takes_it_and_lands_once_it_is
     attempts = [line["attempt"] for line in logs if line["event"] == "bus.publish_retry"]
     assert len(attempts) > len(PUBLISH_RETRY_DELAYS_S)  # the longest delay repeated
     assert attempts == list(range(1, len(attempts) + 1))
+
+
+async def test_a_publish_to_a_server_that_stopped_answering_gives_up_at_its_deadline(
+    nats_server: NatsServer,
+) -> None:
+    bus = await Bus.open(nats_server.url, service="test")
+    assert nats_server.process is not None
+    nats_server.process.send_signal(signal.SIGSTOP)  # connected, but no acknowledgement comes
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        with pytest.raises(BusUnavailable, match=r"publishing .* failed for 0\.5s"):
+            await bus.publish(deleted("stalled"), deadline_s=0.5)
+        assert loop.time() - started < 1.5  # not an attempt's whole wait past the deadline
+    finally:
+        nats_server.process.send_signal(signal.SIGCONT)
+    await bus.close()

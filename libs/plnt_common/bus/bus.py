@@ -36,6 +36,8 @@ log = get_logger(__name__)
 
 PUBLISH_RETRY_DELAYS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 """Back-off between publish attempts; the last delay repeats until the deadline."""
+PUBLISH_ATTEMPT_S = 2.0
+"""How long one publish attempt waits for the server's acknowledgement."""
 
 
 def message_id(envelope: Envelope, step: str = "") -> str:
@@ -104,7 +106,9 @@ class Bus:
         attempt = 0
         while True:
             try:
-                ack = await self.js.publish(subject, payload, headers=headers, timeout=2.0)
+                # an attempt never waits past the deadline
+                wait = min(PUBLISH_ATTEMPT_S, give_up_at - loop.time())
+                ack = await self.js.publish(subject, payload, headers=headers, timeout=wait)
                 if ack.duplicate:  # a redelivered step published again: the stream kept one
                     log.info("bus.duplicate_dropped", msg_id=headers["Nats-Msg-Id"])
                 return not ack.duplicate

@@ -9,6 +9,7 @@ deletion, so a straggler of a deleted run is never taken for current.
 """
 
 import asyncio
+import functools
 
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 
@@ -46,7 +47,8 @@ async def advance_latest_saga(
     after the call.
     """
     key = latest_key(namespace, name)
-    current, revision = read or await latest_saga(bus, namespace, name)
+    read_latest = functools.partial(latest_saga, bus, namespace, name)
+    current, revision = read or await read_latest()
     for _ in range(CAS_ATTEMPTS):
         if current == sagaid:
             return current
@@ -62,7 +64,7 @@ async def advance_latest_saga(
             else:
                 await bus.sagas.create(key, sagaid.encode())
         except KeyWrongLastSequenceError:
-            current, revision = await latest_saga(bus, namespace, name)
+            current, revision = await read_latest()
             continue
         return sagaid
     raise Conflict(f"{key} kept changing")
