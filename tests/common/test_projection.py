@@ -413,3 +413,26 @@ def test_apply_event_leaves_the_projection_it_was_given_untouched() -> None:
             before = current.model_dump_json()
             projections[item.name] = apply_event(current, item)
             assert current.model_dump_json() == before
+
+
+def test_of_two_events_at_one_step_and_time_the_later_in_the_stream_sets_each_field() -> None:
+    start = happy_saga()[:3]
+    at = start[-1].time + timedelta(seconds=1)
+    figures = SmokeFigures(passed=False, invocations=3, reason="p95 over budget")
+    failed = event(EventType.SMOKE_FAILED, SmokeVerdict(canary=canary(), figures=figures))
+    passed = happy_saga()[3]
+    steps = [
+        event(
+            EventType.CANARY_STEPPED,
+            CanaryStepped(
+                canary=canary(), plan=SPEC.canary, step=1, traffic_percent=7, hold_s=hold
+            ),
+        ).model_copy(update={"time": at})
+        for hold in (2.0, 3.0)
+    ]
+    tied = [failed.model_copy(update={"time": at}), passed.model_copy(update={"time": at})]
+    projection = fold([*start, *tied])
+    assert projection.status.phase is Phase.PROMOTING
+    assert projection.status.smoke.passed
+    assert {c.type.value: c.status for c in projection.status.conditions}["SmokePassed"] == "True"
+    assert fold([*start, *steps]).step_hold_s == 3.0
