@@ -83,3 +83,9 @@ async def test_a_bus_refuses_to_open_with_more_replicas_than_the_servers_hold(
     monkeypatch.setenv("PLNT_NATS_REPLICAS", "3")
     with pytest.raises(BusUnavailable, match=r"cannot keep 3 replicas \(PLNT_NATS_REPLICAS\)"):
         await Bus.open(nats_url, service="test")
+
+
+async def test_a_bus_not_told_to_wait_fails_at_once_naming_the_url() -> None:
+    (port,) = free_ports(1)  # nothing listens there
+    with pytest.raises(BusUnavailable, match=rf"cannot reach NATS at nats://127\.0\.0\.1:{port}"):
+        await asyncio.wait_for(Bus.open(f"nats://127.0.0.1:{port}", service="cli"), timeout=10)
