@@ -361,3 +361,51 @@ async def test_a_run_deleted_the_usual_way_gets_one_deletion_saga(nats_url: str)
         (EventType.RUN_DELETED, "default.deleted.1.2"),
     ]
     await bus.close()
+
+
+@pytest.mark.parametrize("ended", [True, False], ids=["saga-ended", "saga-in-flight"])
+async def test_a_watcher_restarted_before_folding_its_saga_starts_no_second_one(
+    nats_url: str, ended: bool
+) -> None:
+    """Killed right after it requested a run's saga: the new process sees the run with no
+    projection yet. It must ask under the same saga id (or not at all once that saga
+    ended), never start attempt 2 of the same generation."""
+    bus = await Bus.open(nats_url, service="test")
+    name = f"restarted-{'ended' if ended else 'running'}"
+    await bus.runs.purge(f"default.{name}")
+    store, created = await fresh_run(bus, name)
+    await resource_loop(bus, store)._on_change("default", name, created.body)
+    (first,) = await run_events(bus, name)
+    if ended:
+        failed = RunFailed(reason=Reason.SPEC_INVALID, message="bad spec")
+        assert await bus.publish_terminal(
+            follow_up(first, EventType.RUN_FAILED, failed, source="test")
+        )
+    adopted = await store.get("WorkflowRun", "default", name)
+    assert adopted is not None
+
+    await resource_loop(bus, store)._on_change("default", name, adopted.body)  # a new process
+
+    sagas = [e.sagaid for e in await run_events(bus, name)]
+    assert set(sagas) == {f"default.{name}.1.1"}, sagas
+    await bus.close()
+
+
+async def test_a_run_created_again_under_its_old_name_gets_its_own_saga(nats_url: str) -> None:
+    """The same name and generation 1 again, but another object (uid): its saga is new."""
+    bus = await Bus.open(nats_url, service="test")
+    name = "created-again"
+    await bus.runs.purge(f"default.{name}")
+    store, created = await fresh_run(bus, name)
+    await resource_loop(bus, store)._on_change("default", name, created.body)
+    (first,) = await run_events(bus, name)
+    failed = RunFailed(reason=Reason.SPEC_INVALID, message="bad spec")
+    assert await bus.publish_terminal(follow_up(first, EventType.RUN_FAILED, failed, source="t"))
+
+    store, again = await fresh_run(bus, name)  # purged and applied: a new uid
+    assert again.body["metadata"]["uid"] != created.body["metadata"]["uid"]
+    await resource_loop(bus, store)._on_change("default", name, again.body)
+
+    requested = [e for e in await run_events(bus, name) if e.event_type is EventType.RUN_REQUESTED]
+    assert [e.sagaid for e in requested] == [f"default.{name}.1.1", f"default.{name}.1.2"]
+    await bus.close()

@@ -13,12 +13,19 @@ async def last_of_saga(bus: Bus, event_type: EventType, of: Envelope) -> Envelop
     A later saga's event (the run moved on) is None too. Raises nats-py's errors when the
     server cannot be reached.
     """
-    subject = subjects.event_subject(event_type, of.namespace, of.name)
+    event = await last_of_run(bus, event_type, of.namespace, of.name)
+    return event if event is not None and event.sagaid == of.sagaid else None
+
+
+async def last_of_run(
+    bus: Bus, event_type: EventType, namespace: str, name: str
+) -> Envelope | None:
+    """The run's latest ``event_type`` event, of whichever saga; None when it has none."""
+    subject = subjects.event_subject(event_type, namespace, name)
     try:
         raw = await bus.js.get_last_msg(subjects.STREAM, subject)
     except NotFoundError:
         return None
     if raw.data is None:
         return None
-    event = decode_event(raw.data)
-    return event if event.sagaid == of.sagaid else None
+    return decode_event(raw.data)

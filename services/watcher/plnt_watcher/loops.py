@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.saga import advance_latest_saga, latest_saga
+from plnt_common.bus.saga_events import last_of_run
 from plnt_common.errors import SpecInvalid
 from plnt_common.events import (
     EventType,
@@ -219,6 +220,15 @@ class ResourceLoop:
 
     async def _record_saga(self, facts: logic.ResourceFacts) -> tuple[str, str]:
         """(the generation's free saga id, the run's latest saga once that id is recorded)."""
+        earlier = await self._requested_already(facts)
+        if earlier:
+            # restarted before this generation's saga was folded: ask again under its id
+            # (deduplicated) while it runs, not at all once it ended; never a second saga
+            ended, (current, _) = await asyncio.gather(
+                self._bus.saga_ended(earlier),
+                latest_saga(self._bus, facts.namespace, facts.name),
+            )
+            return earlier, "" if ended else current
         sagaid, latest = await asyncio.gather(
             self._free_saga_id(facts.namespace, facts.name, facts.generation),
             latest_saga(self._bus, facts.namespace, facts.name),
@@ -227,6 +237,15 @@ class ResourceLoop:
             self._bus, facts.namespace, facts.name, sagaid, read=latest
         )
         return sagaid, recorded
+
+    async def _requested_already(self, facts: logic.ResourceFacts) -> str:
+        """The saga id this object's generation was requested under, or "" (none yet)."""
+        requested = await last_of_run(
+            self._bus, EventType.RUN_REQUESTED, facts.namespace, facts.name
+        )
+        if requested is None or requested.generation != facts.generation:
+            return ""
+        return requested.sagaid if requested.payload().run.uid == facts.uid else ""
 
     async def _request_deletion(self, namespace: str, name: str, after_saga: str) -> None:
         """Start the deletion saga above ``after_saga``, the newest known saga of the run.
