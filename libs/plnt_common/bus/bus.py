@@ -95,8 +95,11 @@ class Bus:
     ) -> bool:
         """Publish with ``Nats-Msg-Id``; retry transient failures until ``deadline_s``.
 
-        Returns False when the server reports a duplicate (already published). Raises
-        ``BusUnavailable`` when the deadline passes without an acknowledgement.
+        Returns False when the server reports a duplicate (already published), unless an
+        earlier attempt of this call timed out: the server may have stored that attempt and
+        lost its answer (a leader killed mid-publish), so the duplicate is taken for this
+        call's own. Raises ``BusUnavailable`` when the deadline passes without an
+        acknowledgement.
         """
         subject = subjects.event_subject(envelope.event_type, envelope.namespace, envelope.name)
         headers = {"Nats-Msg-Id": message_id(envelope, step)}
@@ -104,14 +107,15 @@ class Bus:
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + deadline_s
         attempt = 0
+        unanswered = False  # an attempt timed out: the server may have stored it
         while True:
             try:
                 # an attempt never waits past the deadline
                 wait = min(PUBLISH_ATTEMPT_S, give_up_at - loop.time())
                 ack = await self.js.publish(subject, payload, headers=headers, timeout=wait)
                 if ack.duplicate:  # a redelivered step published again: the stream kept one
-                    log.info("bus.duplicate_dropped", msg_id=headers["Nats-Msg-Id"])
-                return not ack.duplicate
+                    log.info("bus.duplicate_dropped", msg_id=headers["Nats-Msg-Id"], own=unanswered)
+                return unanswered or not ack.duplicate
             except (
                 NatsTimeout,
                 NoRespondersError,
@@ -119,6 +123,7 @@ class Bus:
                 ServiceUnavailableError,
                 ConnectionClosedError,
             ) as exc:
+                unanswered = unanswered or isinstance(exc, NatsTimeout)
                 if loop.time() >= give_up_at:
                     raise BusUnavailable(
                         f"publishing {subject} failed for {deadline_s}s: {exc!r}"
