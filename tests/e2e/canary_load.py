@@ -34,7 +34,7 @@ class Load:
     url: str
     body: dict[str, Any] = field(default_factory=lambda: dict(LIVE_BODY))
     concurrency: int = 4
-    pause_s: float = 0.0
+    pause_s: float = 0.001  # a breath per call: the callers share the test's event loop
     calls: list[Call] = field(default_factory=list)
 
     @contextlib.asynccontextmanager
