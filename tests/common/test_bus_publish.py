@@ -142,9 +142,13 @@ async def test_a_publish_backs_off_while_no_stream_takes_it_and_lands_once_it_is
         await ensure_jetstream(bus.js)
         assert await asyncio.wait_for(publishing, timeout=30) is True
     assert (await bus.js.stream_info(subjects.STREAM)).state.messages == 1
-    attempts = [line["attempt"] for line in logs if line["event"] == "bus.publish_retry"]
+    retries = [line for line in logs if line["event"] == "bus.publish_retry"]
+    attempts = [line["attempt"] for line in retries]
     assert len(attempts) > len(PUBLISH_RETRY_DELAYS_S)  # the longest delay repeated
     assert attempts == list(range(1, len(attempts) + 1))
+    longest = PUBLISH_RETRY_DELAYS_S[-1]
+    repeated = len(retries) - len(PUBLISH_RETRY_DELAYS_S)
+    assert [line["delay_s"] for line in retries] == [*PUBLISH_RETRY_DELAYS_S, *[longest] * repeated]
 
 
 async def test_a_publish_to_a_server_that_stopped_answering_gives_up_at_its_deadline(

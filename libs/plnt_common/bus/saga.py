@@ -54,7 +54,8 @@ async def advance_latest_saga(
             return current
         if (
             current
-            and saga_order(current) > saga_order(sagaid)
+            # not mutated: `>=` is equivalent (equal order is the same saga, returned above)
+            and saga_order(current) > saga_order(sagaid)  # pragma: no mutate
             and not await _removed(bus, current)
         ):
             return current  # a slower replica's view: keep the newer saga

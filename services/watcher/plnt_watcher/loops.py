@@ -220,19 +220,17 @@ class ResourceLoop:
 
     async def _record_saga(self, facts: logic.ResourceFacts) -> tuple[str, str]:
         """(the generation's free saga id, the run's latest saga once that id is recorded)."""
-        earlier = await self._requested_already(facts)
-        if earlier:
-            # restarted before this generation's saga was folded: ask again under its id
-            # (deduplicated) while it runs, not at all once it ended; never a second saga
-            ended, (current, _) = await asyncio.gather(
-                self._bus.saga_ended(earlier),
-                latest_saga(self._bus, facts.namespace, facts.name),
-            )
-            return earlier, "" if ended else current
-        sagaid, latest = await asyncio.gather(
+        # read at once: each is a server round trip on the way to every deploy's first event
+        earlier, sagaid, latest = await asyncio.gather(
+            self._requested_already(facts),
             self._free_saga_id(facts.namespace, facts.name, facts.generation),
             latest_saga(self._bus, facts.namespace, facts.name),
         )
+        if earlier:
+            # restarted before this generation's saga was folded: ask again under its id
+            # (deduplicated) while it runs, not at all once it ended; never a second saga
+            ended = await self._bus.saga_ended(earlier)
+            return earlier, "" if ended else latest[0]
         recorded = await advance_latest_saga(
             self._bus, facts.namespace, facts.name, sagaid, read=latest
         )
