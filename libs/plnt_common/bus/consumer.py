@@ -70,7 +70,7 @@ class Delivery:
 
     async def successor_within(self, seconds: float) -> bool:
         """``has_successor``, waiting up to ``seconds`` for the run's next event to arrive."""
-        if self.followed is not None and seconds > 0:
+        if self.followed is not None:
             await asyncio.wait((self.followed,), timeout=seconds)  # never cancels it
         return self.has_successor()
 
@@ -96,6 +96,12 @@ class _Retry:
     """When the server sends it again (loop time)."""
 
 
+REBIND_PAUSE_S = 0.5
+"""How long a consumer whose binding failed waits before it binds again."""
+HEARTBEATS_PER_ACK_WAIT = 3
+"""How many ``in_progress`` beats a running handler sends per ack wait."""
+MIN_HEARTBEAT_S = 0.5
+"""The shortest spacing of those beats, whatever the ack wait."""
 BEHIND_A_RETRY_S = 0.05
 """How much later than a NAKed event of a run the run's later events come back."""
 RETRY_HOLD_S = 2.0
@@ -150,21 +156,22 @@ class EventConsumer:
                 )
                 await feed.run(stop)
             except Exception as exc:  # the server went away or the binding went stale: re-bind
-                if stop.is_set():
-                    break
-                log.warning("consumer.rebind", durable=durable, error=repr(exc))
-                await asyncio.sleep(0.5)
+                if not stop.is_set():
+                    log.warning("consumer.rebind", durable=durable, error=repr(exc))
+                    await asyncio.sleep(REBIND_PAUSE_S)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _start(self, msg: Msg, release: Callable[[], None]) -> None:
         task = asyncio.create_task(self._handle(msg))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # Not mutated: a finished task left in the set would cost memory only.
+        task.add_done_callback(self._tasks.discard)  # pragma: no mutate
         task.add_done_callback(lambda _: release())
 
     async def _handle(self, msg: Msg) -> None:
-        attempt = msg.metadata.num_delivered or 1
+        # The server counts every delivery from 1: the fallback is for the type only.
+        attempt = msg.metadata.num_delivered or 1  # pragma: no mutate
         try:
             envelope = decode_event(msg.data)
         except SpecInvalid as exc:
@@ -177,7 +184,7 @@ class EventConsumer:
         try:
             if previous is not None:
                 await previous.handled
-            if self._spec.ordered_by_run and (wait := self._behind_a_retry(envelope, msg)):
+            if wait := self._behind_a_retry(envelope, msg):  # only ordered consumers hold
                 # An earlier event of the run comes back later: an ordered handler must
                 # not see this one first (the watcher would take it for a removed run's).
                 await msg.nak(delay=wait)
@@ -189,13 +196,18 @@ class EventConsumer:
                 name=envelope.name,
                 attempt=attempt,
             ):
-                await self._run_handler(
+                back_after = await self._run_handler(
                     msg, envelope, attempt, tail.followed if tail is not None else None
                 )
+            if back_after is None:
+                self._release_run(envelope, msg)
         finally:
             if tail is not None:
                 tail.handled.set_result(None)
-                if self._run_tails.get(envelope.subject) is tail:
+                # Not mutated: a handled tail left behind would cost memory only (a later
+                # event of the run finds it handled and goes on).
+                newest = self._run_tails.get(envelope.subject)  # pragma: no mutate
+                if newest is tail:
                     del self._run_tails[envelope.subject]
 
     def _behind_a_retry(self, envelope: Envelope, msg: Msg) -> float | None:
@@ -207,19 +219,20 @@ class EventConsumer:
             return None
         if msg.metadata.sequence.stream <= retry.sequence:
             return None  # the retried event itself (or an older one)
-        return max(0.0, retry.back_at - now) + BEHIND_A_RETRY_S
+        return max(retry.back_at, now) - now + BEHIND_A_RETRY_S
 
-    def _record(self, envelope: Envelope, msg: Msg, delay: float | None) -> None:
-        """Note a NAK (``delay``) or the end of a run's retried event (None)."""
-        if not self._spec.ordered_by_run:
-            return
-        sequence = msg.metadata.sequence.stream
-        if delay is not None:
+    def _hold_run(self, envelope: Envelope, msg: Msg, delay: float) -> None:
+        """Note a NAK of ``msg`` by ``delay``: an ordered consumer holds the run's later
+        events behind it."""
+        if self._spec.ordered_by_run:
             back_at = asyncio.get_running_loop().time() + delay
+            sequence = msg.metadata.sequence.stream
             self._retries[envelope.subject] = _Retry(sequence=sequence, back_at=back_at)
-            return
+
+    def _release_run(self, envelope: Envelope, msg: Msg) -> None:
+        """``msg`` is done with: if it was the run's retried event, its later events go on."""
         retry = self._retries.get(envelope.subject)
-        if retry is not None and retry.sequence == sequence:
+        if retry is not None and retry.sequence == msg.metadata.sequence.stream:
             del self._retries[envelope.subject]
 
     def _queue_behind_run(self, envelope: Envelope) -> tuple[_RunTail | None, _RunTail]:
@@ -242,13 +255,14 @@ class EventConsumer:
         envelope: Envelope,
         attempt: int,
         followed: asyncio.Future[None] | None,
-    ) -> None:
+    ) -> float | None:
+        """Run the handler on one delivery: the delay it comes back after when NAKed, else
+        None (acked, terminated, or left to come back after the last back-off)."""
         started = time.perf_counter()
         outcome = "ok"
         if attempt > self._spec.max_attempts:
             await self._exhausted(msg, envelope, RuntimeError("delivery attempts exhausted"))
-            self._record(envelope, msg, None)
-            return
+            return None
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
             await self._handler(envelope, Delivery(msg=msg, attempt=attempt, followed=followed))
@@ -256,21 +270,19 @@ class EventConsumer:
             outcome = "error"
             if attempt >= self._spec.max_attempts:
                 await self._exhausted(msg, envelope, exc)
-            else:
-                delay = self._spec.delay_for(attempt)
-                retryable = isinstance(exc, PlntError) and exc.retryable
-                log.warning(
-                    "handler.retry",
-                    error=str(exc) or repr(exc),
-                    retryable=retryable,
-                    delay_s=delay,
-                    exc_info=not retryable,
-                )
-                self._record(envelope, msg, delay)
-                await msg.nak(delay=delay)
-                return
-            self._record(envelope, msg, None)
-            return
+                return None
+            delay = self._spec.delay_for(attempt)
+            retryable = isinstance(exc, PlntError) and exc.retryable
+            log.warning(
+                "handler.retry",
+                error=str(exc) or repr(exc),
+                retryable=retryable,
+                delay_s=delay,
+                exc_info=not retryable,
+            )
+            self._hold_run(envelope, msg, delay)
+            await msg.nak(delay=delay)
+            return delay
         finally:
             heartbeat.cancel()
             SAGA_STEP_DURATION.labels(
@@ -279,7 +291,7 @@ class EventConsumer:
         SAGA_STEP_RUNS.labels(self._spec.service, envelope.event_type.value).inc()
         await faults.pause_point(self._spec.service, envelope.event_type.value, "before_ack")
         await msg.ack()
-        self._record(envelope, msg, None)
+        return None
 
     async def _exhausted(self, msg: Msg, envelope: Envelope, exc: BaseException) -> None:
         log.error("handler.exhausted", error=str(exc) or repr(exc))
@@ -292,10 +304,11 @@ class EventConsumer:
         await msg.term()
 
     async def _keep_alive(self, msg: Msg) -> None:
-        interval = max(0.5, self._spec.ack_wait_s / 3)
+        interval = max(MIN_HEARTBEAT_S, self._spec.ack_wait_s / HEARTBEATS_PER_ACK_WAIT)
         while True:
             await asyncio.sleep(interval)
             try:
                 await msg.in_progress()
             except Exception as exc:  # the connection may be down; the next beat tries again
-                log.debug("consumer.in_progress_failed", error=repr(exc))
+                # A debug trace only, not mutated.
+                log.debug("consumer.in_progress_failed", error=repr(exc))  # pragma: no mutate

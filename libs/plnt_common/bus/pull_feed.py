@@ -33,6 +33,7 @@ POLL_S = 0.1
 STATUS_HEADER = api.Header.STATUS
 ENDS_REQUEST = {api.StatusCode.REQUEST_TIMEOUT, api.StatusCode.CONFLICT}
 NO_RESPONDERS = "503"
+NS_PER_S = 1_000_000_000
 
 
 @dataclass
@@ -64,7 +65,7 @@ class PullFeed:
         self._inbox = nc.new_inbox()
         self._in_flight = 0
         self._open: _Request | None = None
-        self._stopping = False
+        self._stopping = False  # pragma: no mutate (None reads the same)
         self._lost_in_a_row = 0
         self._error: Exception | None = None
 
@@ -93,7 +94,8 @@ class PullFeed:
                 await sub.unsubscribe()
 
     async def _on_message(self, msg: Msg) -> None:
-        status = msg.headers.get(STATUS_HEADER) if msg.headers else None
+        headers = msg.headers or {}
+        status = headers.get(STATUS_HEADER)
         if status is None:
             self._in_flight += 1
             if self._open is not None:
@@ -108,7 +110,8 @@ class PullFeed:
             return
         if status not in ENDS_REQUEST:
             return  # an idle heartbeat or flow control: nothing asked for them
-        description = (msg.headers or {}).get(api.Header.DESCRIPTION, "")
+        # Not mutated: the server's statuses always carry a description.
+        description = headers.get(api.Header.DESCRIPTION, "")  # pragma: no mutate
         if "Consumer Deleted" in description:
             self._error = ConnectionError("the consumer was deleted")
         # A 408 comes no earlier than the request's expiry: an earlier one is for a
@@ -140,21 +143,23 @@ class PullFeed:
         if self._stopping or self._open is not None or not self._nc.is_connected:
             return
         room = self._capacity - self._in_flight
-        # Idle, ask for all the room; busy, wait until half of it is free, so a burst
-        # costs one request per several deliveries.
-        if room <= 0 or (self._in_flight and room < self._threshold):
+        # Idle, ask for all the room; busy, wait until half of it is free (at least one
+        # slot, so never an empty request), so a burst costs one request per several
+        # deliveries.
+        if self._in_flight and room < self._threshold:
             return
         self._open = _Request(
             remaining=room, deadline=asyncio.get_running_loop().time() + self._expires_s
         )
-        request = {"batch": room, "expires": int(self._expires_s * 1_000_000_000)}
+        request = {"batch": room, "expires": int(self._expires_s * NS_PER_S)}
         sending = asyncio.ensure_future(
             self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=self._inbox)
         )
-        sending.add_done_callback(_log_failed_send)
+        sending.add_done_callback(_log_failed_send)  # pragma: no mutate (a debug trace)
 
 
-def _log_failed_send(sending: "asyncio.Future[None]") -> None:
-    # The request then goes unanswered and is renewed after its expiry.
+def _log_failed_send(sending: "asyncio.Future[None]") -> None:  # pragma: no mutate block
+    # A debug trace, not mutated: the request then goes unanswered and is renewed after
+    # its expiry.
     if not sending.cancelled() and sending.exception() is not None:
         log.debug("pull.request_not_sent", error=repr(sending.exception()))
