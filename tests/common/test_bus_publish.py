@@ -12,6 +12,7 @@ from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.errors import BusUnavailable
 from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
 from plnt_common.nats_server import NatsServer
+from plnt_testkit.tcp_proxy import FaultProxy
 
 RETRIED_ERRORS = {
     "TimeoutError",
@@ -68,10 +69,33 @@ async def test_a_duplicate_is_logged_with_its_message_id(nats_url: str) -> None:
     await bus.publish(event)
     with structlog.testing.capture_logs() as logs:
         assert await bus.publish(event) is False
-    assert [(line["event"], line.get("msg_id")) for line in logs] == [
-        ("bus.duplicate_dropped", "default.dup.1.1.run.deleted")
+    assert [(line["event"], line.get("msg_id"), line.get("own")) for line in logs] == [
+        ("bus.duplicate_dropped", "default.dup.1.1.run.deleted", False)  # another's store
     ]
     await bus.close()
+
+
+async def test_a_duplicate_after_a_timed_out_attempt_is_the_publishs_own_store(
+    nats_server: NatsServer,
+) -> None:
+    """The server stored the first attempt and its answer came too late (a leader killed
+    before answering does the same): the retry's "duplicate" is this call's store."""
+    async with FaultProxy("127.0.0.1", nats_server.port) as proxy:
+        bus = await Bus.open(f"nats://127.0.0.1:{proxy.port}", service="test")
+        proxy.mode, proxy.delay_s = "slow", 3.0  # past the first attempt's 2 s wait
+        with structlog.testing.capture_logs() as logs:
+            publishing = asyncio.create_task(bus.publish(deleted("late-ack")))
+            await asyncio.sleep(2.4)
+            retried = [line["error"] for line in logs if line["event"] == "bus.publish_retry"]
+            assert retried and retried[0].startswith("TimeoutError")
+            proxy.mode = "pass"
+            assert await asyncio.wait_for(publishing, timeout=10) is True
+        await bus.close()
+    dropped = [line for line in logs if line["event"] == "bus.duplicate_dropped"]
+    assert [line["own"] for line in dropped] == [True]
+    check = await Bus.open(nats_server.url, service="check")
+    assert (await check.js.stream_info(subjects.STREAM)).state.messages == 1
+    await check.close()
 
 
 async def test_a_publish_retries_through_an_outage_and_is_stored_once(
