@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MUTATED = (
     "plnt_common/bus/bus.py",
     "plnt_common/bus/consumer.py",
+    "plnt_common/bus/pull_feed.py",
     "plnt_common/bus/saga.py",
     "plnt_common/saga.py",
     "plnt_common/projection.py",
@@ -29,11 +30,12 @@ MUTATED = (
     "plnt_installer/logic.py",
     "plnt_router/logic.py",
 )
-"""The bus, the consumer, saga classification, the projection fold, the promoter's and
-installer's decisions, the router's choice of target."""
+"""The bus, the consumer and its pull feed, saga classification, the projection fold, the
+promoter's and installer's decisions, the router's choice of target."""
 
 TESTS = (
     "tests/common/test_bus_*.py",
+    "tests/common/test_pull_feed.py",
     "tests/common/test_projection.py",
     "tests/services/test_saga_logic.py",
     "tests/router/test_router_logic.py",
