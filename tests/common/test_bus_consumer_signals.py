@@ -105,12 +105,26 @@ async def test_a_poison_message_is_logged_with_its_subject_and_terminated(bus: B
     assert (info.num_ack_pending, info.num_redelivered) == (0, 0)  # terminated, not retried
 
 
-def sample(name: str, labels: dict[str, str]) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+STEP_SAMPLES = (
+    ("plnt_saga_step_duration_seconds_count", {"outcome": "error"}),
+    ("plnt_saga_step_duration_seconds_count", {"outcome": "ok"}),
+    ("plnt_saga_step_duration_seconds_sum", {"outcome": "ok"}),
+    ("plnt_saga_step_runs_total", {}),
+)
+"""The step metrics of one service and event, without the labels they share."""
+
+
+def step_samples(service: str) -> list[float]:
+    def value(name: str, labels: dict[str, str]) -> float:
+        shared = {"service": service, ("event" if "duration" in name else "step"): STEP}
+        return REGISTRY.get_sample_value(name, {**shared, **labels}) or 0.0
+
+    return [value(name, labels) for name, labels in STEP_SAMPLES]
 
 
 async def test_each_step_is_timed_by_outcome_and_counted_once_it_completes(bus: Bus) -> None:
     await bus.publish(deleted_event("timed"))
+    before = step_samples("timed")  # the registry is the process's: compare with it
     done = asyncio.Event()
 
     async def handler(event: Envelope, delivery: Delivery) -> None:
@@ -124,12 +138,11 @@ async def test_each_step_is_timed_by_outcome_and_counted_once_it_completes(bus: 
 
     spec = ConsumerSpec(service="timed", filters=(DELETED,), backoff_s=(0.05,))
     await consume_until(bus, spec, handler, exhausted, done)
-    step = {"service": "timed", "event": STEP}
-    duration = "plnt_saga_step_duration_seconds"
-    assert sample(f"{duration}_count", {**step, "outcome": "error"}) == 1
-    assert sample(f"{duration}_count", {**step, "outcome": "ok"}) == 1
-    assert 0.3 <= sample(f"{duration}_sum", {**step, "outcome": "ok"}) < 5.0
-    assert sample("plnt_saga_step_runs_total", {"service": "timed", "step": STEP}) == 1
+    errors, oks, ok_seconds, runs = (
+        after - earlier for after, earlier in zip(step_samples("timed"), before, strict=True)
+    )
+    assert (errors, oks, runs) == (1, 1, 1)  # a failed body is timed, not counted as run
+    assert 0.3 <= ok_seconds < 5.0
 
 
 async def test_an_armed_before_ack_point_parks_the_step_unacked_under_the_armed_ack_wait(
