@@ -68,8 +68,12 @@ async def test_read_payloads_keeps_to_its_filter_and_reads_nothing_from_an_empty
     ]
 
 
+FOLDS = pytest.mark.parametrize("fork", [True, False], ids=["forked-child", "in-process"])
+
+
+@FOLDS
 async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_stream(
-    bus: Bus,
+    bus: Bus, fork: bool
 ) -> None:
     events = await store_histories(bus, seed=3, histories=40)
     await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
@@ -80,7 +84,7 @@ async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_strea
     await bus.runs.put(stale_key, b"{}")
 
     started = time.perf_counter()
-    stats = await replay(bus)
+    stats = await replay(bus, fork=fork)
     took = time.perf_counter() - started
 
     assert (stats.events, stats.runs) == (len(events) + 1, len(expected))
@@ -91,8 +95,9 @@ async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_strea
     }
 
 
+@FOLDS
 async def test_replay_folds_every_batch_and_the_events_after_a_poison_message(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch
+    bus: Bus, monkeypatch: pytest.MonkeyPatch, fork: bool
 ) -> None:
     before = await store_histories(bus, seed=5, histories=6)
     await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
@@ -100,7 +105,7 @@ async def test_replay_folds_every_batch_and_the_events_after_a_poison_message(
     # small batches: the poison message lands mid-batch and the stream spans many
     monkeypatch.setattr(replay_module, "read_payloads", partial(read_payloads, batch=7))
 
-    stats = await replay(bus)
+    stats = await replay(bus, fork=fork)
 
     expected, _ = fold_one_by_one([*before, *after])
     assert (stats.events, stats.runs) == (len(before) + 1 + len(after), len(expected))
