@@ -85,10 +85,12 @@ class Tap:
 
     def __init__(self) -> None:
         self.requests: list[bytes] = []
+        self.inboxes: list[str] = []
         self.arrived = asyncio.Event()
 
     async def take(self, msg: Msg) -> None:
         self.requests.append(msg.data)
+        self.inboxes.append(msg.reply)
         self.arrived.set()
 
     async def wait_for(self, count: int, within_s: float = 5.0) -> None:
@@ -216,9 +218,11 @@ async def test_an_unanswering_server_ends_the_feed_and_it_asks_for_nothing_more(
     assert asked - before_the_stall == 1  # the feed gives up on its second unanswered one
 
     collector.releases.pop(0)()  # the handler finishes after its feed ended
+    await js_client.publish(tap.inboxes[-1], b"late")  # an answer to an old request
     await js_client.flush()
     await asyncio.sleep(0.2)
     assert len(tap.requests) == asked  # its inbox is gone: a request would strand messages
+    assert len(collector.msgs) == 1  # and nothing sent there is taken any more
 
 
 async def test_a_missing_consumer_ends_the_feed_at_its_first_request(js_client: Client) -> None:
