@@ -10,7 +10,6 @@ count comes with the consumer's creation, so exactly that many messages are read
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
-from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 
 from plnt_common.bus.history import read_batches
 from plnt_common.bus.kv_batch import bucket_stream, key_prefix
@@ -24,30 +23,30 @@ async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, tup
     """
     prefix = key_prefix(bucket)
     config = api.ConsumerConfig(
-        ack_policy=api.AckPolicy.NONE,
+        # the server's default for a consumer created without an ack policy is none too
+        ack_policy=api.AckPolicy.NONE,  # pragma: no mutate
         deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
         filter_subject=prefix + keys,
-        inactive_threshold=30.0,
-        mem_storage=True,
+        # Clean-up only: the listing deletes its consumer; this bounds how long one whose
+        # client vanished lingers, and no listing pauses 5 s (the server's default).
+        inactive_threshold=30.0,  # pragma: no mutate
+        mem_storage=True,  # pragma: no mutate  (cost only: a consumer of one listing)
     )
     values: dict[str, tuple[int, bytes]] = {}
     async for batch in read_batches(
         nc, stream=bucket_stream(bucket), config=config, keep=_key_value
     ):
+        # the last message of each key only: a deleted key's is its marker, alone
         for subject, revision, value in batch:
-            key = subject.removeprefix(prefix)
-            if value is None:
-                values.pop(key, None)
-            else:
-                values[key] = (revision, value)
+            if value is not None:
+                values[subject.removeprefix(prefix)] = (revision, value)
     return values
 
 
 def _key_value(msg: Msg) -> tuple[str, int, bytes | None]:
-    """(subject, revision, value), value None for a delete or purge marker."""
-    operation = (msg.headers or {}).get(KV_OP)
-    value = None if operation in (KV_DEL, KV_PURGE) or not msg.data else msg.data
-    return msg.subject, msg.metadata.sequence.stream, value
+    """(subject, revision, value), value None for a delete or purge marker (which carries
+    no data; an empty value is read as deleted too)."""
+    return msg.subject, msg.metadata.sequence.stream, msg.data or None
 
 
 class InitialValues:
@@ -60,13 +59,13 @@ class InitialValues:
     """
 
     def __init__(self, listed: dict[str, tuple[int, bytes]]) -> None:
-        self._awaited = {key: revision for key, (revision, _) in listed.items()}
-        self._marked = False
+        # the marker (key None) is awaited like one more key, at any revision
+        self._awaited: dict[str | None, int] = {None: 0}
+        self._awaited.update((key, revision) for key, (revision, _) in listed.items())
 
-    def saw(self, key: str | None, revision: int = 0) -> bool:
+    # only the marker comes without a revision, and any revision counts for it
+    def saw(self, key: str | None, revision: int = 0) -> bool:  # pragma: no mutate
         """Record one update (``key`` None: nats-py's marker); True once all are in."""
-        if key is None:
-            self._marked = True
-        elif revision >= self._awaited.get(key, 0):
-            self._awaited.pop(key, None)
-        return self._marked and not self._awaited
+        if key in self._awaited and revision >= self._awaited[key]:
+            del self._awaited[key]
+        return not self._awaited
