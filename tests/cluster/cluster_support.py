@@ -14,6 +14,7 @@ from plnt_common.bus.history import read_events
 from plnt_common.bus.replay import replay
 from plnt_common.events import EventType
 from plnt_common.nats_server import NatsCluster
+from plnt_common.projection import RunProjection
 from plnt_testkit.cluster import restart_node
 from plnt_testkit.projections import stored_projections
 
@@ -132,4 +133,15 @@ async def broken_promises(bus: Bus, names: list[str]) -> list[str]:
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     if changed:
         problems.append(f"a replay changed the projection of {changed}")
+        problems += [projection_change(key, before.get(key), after.get(key)) for key in changed]
     return problems
+
+
+def projection_change(key: str, live: RunProjection | None, replayed: RunProjection | None) -> str:
+    """What a replay changed in ``key``'s projection, field by field."""
+    old = live.model_dump(mode="json") if live else {}
+    new = replayed.model_dump(mode="json") if replayed else {}
+    fields = {
+        f: (old.get(f), new.get(f)) for f in old.keys() | new.keys() if old.get(f) != new.get(f)
+    }
+    return f"{key}: live → replayed {fields}"
