@@ -11,10 +11,13 @@ from test_projection import fold_one_by_one, random_history
 
 from plnt_common import subjects
 from plnt_common.bus import replay as replay_module
+from plnt_common.bus import replay_fold
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_payloads
 from plnt_common.bus.replay import collector_paused, replay
+from plnt_common.bus.replay_fold import fold_payloads
 from plnt_common.events import Envelope, EventType
+from plnt_common.projection import ProjectionFold
 
 
 async def store_histories(bus: Bus, *, seed: int, histories: int, first: int = 0) -> list[Envelope]:
@@ -71,10 +74,21 @@ async def test_read_payloads_keeps_to_its_filter_and_reads_nothing_from_an_empty
 FOLDS = pytest.mark.parametrize("fork", [True, False], ids=["forked-child", "in-process"])
 
 
-@FOLDS
+@pytest.mark.parametrize(
+    ("fork", "in_this_process"),
+    [(True, False), (False, True), (None, False)],
+    ids=["forked-child", "in-process", "default-forks-here"],
+)
 async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_stream(
-    bus: Bus, fork: bool
+    bus: Bus, monkeypatch: pytest.MonkeyPatch, fork: bool | None, in_this_process: bool
 ) -> None:
+    folded_here: list[int] = []  # a forked child's appends stay in the child
+
+    def recording(fold: ProjectionFold, payloads: list[bytes]) -> None:
+        folded_here.append(len(payloads))
+        fold_payloads(fold, payloads)
+
+    monkeypatch.setattr(replay_fold, "fold_payloads", recording)
     events = await store_histories(bus, seed=3, histories=40)
     await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
     expected, _ = fold_one_by_one(events)
@@ -89,6 +103,7 @@ async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_strea
 
     assert (stats.events, stats.runs) == (len(events) + 1, len(expected))
     assert 0 < stats.seconds <= took  # what `plnt replay` prints as its time
+    assert bool(folded_here) is in_this_process
     stored = await bucket(bus, {*expected, wrong_key, stale_key})
     assert {key: value for key, (value, _) in stored.items()} == {
         key: projection.model_dump_json().encode() for key, projection in expected.items()

@@ -2,11 +2,14 @@
 
 import multiprocessing
 import os
+import random
 import time
 from collections.abc import AsyncGenerator
+from functools import partial
 
 import pytest
 from test_bus_replay import bucket, store_histories
+from test_projection import fold_one_by_one, random_history
 
 from plnt_common.bus import replay as replay_module
 from plnt_common.bus import replay_fold
@@ -36,7 +39,9 @@ async def test_a_fold_that_fails_in_the_child_is_raised_and_touches_no_key(
         raise RuntimeError("the fold broke")
 
     monkeypatch.setattr(replay_fold, "fold_payloads", failing)  # the child is forked with it
-    with pytest.raises(FoldFailed, match="the fold broke"):
+    # many small batches: the child is gone while batches are still being handed over
+    monkeypatch.setattr(replay_module, "read_payloads", partial(read_payloads, batch=2))
+    with pytest.raises(FoldFailed, match="RuntimeError: the fold broke"):
         await replay(bus, fork=True)
     assert await bucket(bus, {"ns-gone.old"}) == {"ns-gone.old": before}
     assert multiprocessing.active_children() == []
@@ -77,3 +82,45 @@ async def test_a_read_that_fails_is_the_error_raised_and_the_child_ends_quietly(
     assert await bucket(bus, {"ns-gone.old"}) == {"ns-gone.old": before}
     assert multiprocessing.active_children() == []
     assert "Traceback" not in capfd.readouterr().err  # the child said nothing of its own
+
+
+def test_the_child_folds_each_batch_until_told_and_answers_the_projections() -> None:
+    rng = random.Random(10)
+    events = [e for ns in ("ns-0", "ns-1") for e in random_history(rng, namespace=ns)]
+    payloads = [e.model_dump_json().encode() for e in events]
+    expected, _ = fold_one_by_one(events)
+    ours, theirs = multiprocessing.Pipe()
+    inherited, _ = multiprocessing.Pipe()
+    for batch in (payloads[:3], [b"{poison"], payloads[3:], None):
+        ours.send(batch)
+
+    replay_fold._fold_received(theirs, inherited)  # what the forked child runs
+
+    assert ours.recv() == {key: p.model_dump_json().encode() for key, p in expected.items()}
+    assert theirs.closed and inherited.closed
+
+
+def test_the_child_answers_a_failure_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(fold: ProjectionFold, payloads: list[bytes]) -> None:
+        raise RuntimeError("the fold broke")
+
+    monkeypatch.setattr(replay_fold, "fold_payloads", failing)
+    ours, theirs = multiprocessing.Pipe()
+    inherited, _ = multiprocessing.Pipe()
+    ours.send([b"{}"])
+
+    replay_fold._fold_received(theirs, inherited)
+
+    answer = ours.recv()
+    assert isinstance(answer, FoldFailed)
+    assert str(answer) == "replay's fold failed: RuntimeError: the fold broke"
+
+
+def test_the_child_ends_quietly_when_the_parent_closed_the_pipe() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    inherited, _ = multiprocessing.Pipe()
+    ours.close()  # the parent's read failed
+
+    replay_fold._fold_received(theirs, inherited)  # raises nothing
+
+    assert theirs.closed

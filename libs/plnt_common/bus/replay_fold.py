@@ -55,9 +55,9 @@ def _fold_received(conn: Connection, parents_end: Connection) -> None:
         while (batch := conn.recv()) is not None:
             fold_payloads(fold, batch)
         conn.send(serialised(fold))
-    except EOFError:
-        pass  # the parent stopped reading (its read failed): it raises its own error
     except BaseException as exc:  # the parent raises it: the child never fails silently
+        # (an EOFError lands here too: the parent's read failed and it closed the pipe,
+        # so this send fails and the parent raises its own error)
         with contextlib.suppress(OSError):
             conn.send(FoldFailed(f"replay's fold failed: {type(exc).__name__}: {exc}"))
     finally:
@@ -66,13 +66,13 @@ def _fold_received(conn: Connection, parents_end: Connection) -> None:
 
 async def fold_in_child(batches: AsyncGenerator[list[bytes], None]) -> tuple[Folded, int]:
     """``fold_here``'s result, with the decoding and folding done by a forked child."""
-    context = multiprocessing.get_context("fork")
+    # not the default context: from Python 3.14 that is forkserver, which imports anew
+    context = multiprocessing.get_context("fork")  # pragma: no mutate
     ours, theirs = context.Pipe()
-    child = context.Process(target=_fold_received, args=(theirs, ours), name="plnt-replay-fold")
+    child = context.Process(target=_fold_received, args=(theirs, ours))
     child.start()
     theirs.close()
     count = 0
-    result: Folded | FoldFailed | None = None
     try:
         async with contextlib.aclosing(batches):
             async for batch in batches:
@@ -84,10 +84,10 @@ async def fold_in_child(batches: AsyncGenerator[list[bytes], None]) -> tuple[Fol
             else:
                 _handed(ours, None)
         # its projections, or why it failed: a child that failed sent that before it ended
-        result = await asyncio.to_thread(_answer, ours)
+        result: Folded | FoldFailed | None = await asyncio.to_thread(_answer, ours)
     finally:
         ours.close()  # a child still waiting for batches (the read failed) ends on it
-        child.join(timeout=5)
+        child.join(timeout=5)  # pragma: no mutate (how long a stuck child gets)
         if child.is_alive():
             child.kill()
             child.join()
@@ -105,7 +105,8 @@ def _handed(conn: Connection, batch: list[bytes] | None) -> bool:
     try:
         conn.send(batch)
     except OSError:
-        return False
+        # not mutated: True reads the rest of the stream for nothing, with the same answer
+        return False  # pragma: no mutate
     return True
 
 
