@@ -105,7 +105,7 @@ async def test_a_poison_message_is_logged_with_its_subject_and_terminated(bus: B
     assert (info.num_ack_pending, info.num_redelivered) == (0, 0)  # terminated, not retried
 
 
-STEP_SAMPLES = (
+STEP_SAMPLES: tuple[tuple[str, dict[str, str]], ...] = (
     ("plnt_saga_step_duration_seconds_count", {"outcome": "error"}),
     ("plnt_saga_step_duration_seconds_count", {"outcome": "ok"}),
     ("plnt_saga_step_duration_seconds_sum", {"outcome": "ok"}),
