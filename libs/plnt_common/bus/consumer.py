@@ -87,13 +87,15 @@ class _RunTail:
     followed: asyncio.Future[None]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Retry:
     """An event of a run NAKed in this replica: the run's later events wait for it."""
 
     sequence: int
     back_at: float
     """When the server sends it again (loop time)."""
+    held: int = 0
+    """How many of the run's later events were sent back behind it so far."""
 
 
 REBIND_PAUSE_S = 0.5
@@ -219,7 +221,10 @@ class EventConsumer:
             return None
         if msg.metadata.sequence.stream <= retry.sequence:
             return None  # the retried event itself (or an older one)
-        return max(retry.back_at, now) - now + BEHIND_A_RETRY_S
+        # each later event one step after the one before it: due at the same moment, the
+        # server could hand them on in either order
+        retry.held += 1
+        return max(retry.back_at, now) - now + BEHIND_A_RETRY_S * retry.held
 
     def _hold_run(self, envelope: Envelope, msg: Msg, delay: float) -> None:
         """Note a NAK of ``msg`` by ``delay``: an ordered consumer holds the run's later
