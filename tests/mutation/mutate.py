@@ -24,18 +24,26 @@ MUTATED = (
     "plnt_common/bus/consumer.py",
     "plnt_common/bus/pull_feed.py",
     "plnt_common/bus/saga.py",
+    "plnt_common/bus/kv_snapshot.py",
+    "plnt_common/bus/kv_batch.py",
+    "plnt_common/bus/replay.py",
+    "plnt_common/bus/replay_fold.py",
     "plnt_common/saga.py",
     "plnt_common/projection.py",
     "plnt_promoter/logic.py",
     "plnt_installer/logic.py",
     "plnt_router/logic.py",
 )
-"""The bus, the consumer and its pull feed, saga classification, the projection fold, the
-promoter's and installer's decisions, the router's choice of target."""
+"""The bus, the consumer and its pull feed, the bucket listing and batch writes, replay,
+saga classification, the projection fold, the promoter's and installer's decisions, the
+router's choice of target."""
 
 TESTS = (
     "tests/common/test_bus_*.py",
     "tests/common/test_pull_feed.py",
+    "tests/common/test_kv_snapshot.py",
+    "tests/common/test_kv_batch.py",
+    "tests/common/test_replay_fold.py",
     "tests/common/test_projection.py",
     "tests/services/test_saga_logic.py",
     "tests/router/test_router_logic.py",
