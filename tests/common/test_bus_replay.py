@@ -11,13 +11,10 @@ from test_projection import fold_one_by_one, random_history
 
 from plnt_common import subjects
 from plnt_common.bus import replay as replay_module
-from plnt_common.bus import replay_fold
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_payloads
 from plnt_common.bus.replay import collector_paused, replay
-from plnt_common.bus.replay_fold import fold_payloads
 from plnt_common.events import Envelope, EventType
-from plnt_common.projection import ProjectionFold
 
 
 async def store_histories(bus: Bus, *, seed: int, histories: int, first: int = 0) -> list[Envelope]:
@@ -71,24 +68,9 @@ async def test_read_payloads_keeps_to_its_filter_and_reads_nothing_from_an_empty
     ]
 
 
-FOLDS = pytest.mark.parametrize("fork", [True, False], ids=["forked-child", "in-process"])
-
-
-@pytest.mark.parametrize(
-    ("fork", "in_this_process"),
-    [(True, False), (False, True), (None, False)],
-    ids=["forked-child", "in-process", "default-forks-here"],
-)
 async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_stream(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch, fork: bool | None, in_this_process: bool
+    bus: Bus,
 ) -> None:
-    folded_here: list[int] = []  # a forked child's appends stay in the child
-
-    def recording(fold: ProjectionFold, payloads: list[bytes]) -> None:
-        folded_here.append(len(payloads))
-        fold_payloads(fold, payloads)
-
-    monkeypatch.setattr(replay_fold, "fold_payloads", recording)
     events = await store_histories(bus, seed=3, histories=40)
     await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
     expected, _ = fold_one_by_one(events)
@@ -98,21 +80,19 @@ async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_strea
     await bus.runs.put(stale_key, b"{}")
 
     started = time.perf_counter()
-    stats = await replay(bus, fork=fork)
+    stats = await replay(bus)
     took = time.perf_counter() - started
 
     assert (stats.events, stats.runs) == (len(events) + 1, len(expected))
     assert 0 < stats.seconds <= took  # what `plnt replay` prints as its time
-    assert bool(folded_here) is in_this_process
     stored = await bucket(bus, {*expected, wrong_key, stale_key})
     assert {key: value for key, (value, _) in stored.items()} == {
         key: projection.model_dump_json().encode() for key, projection in expected.items()
     }
 
 
-@FOLDS
 async def test_replay_folds_every_batch_and_the_events_after_a_poison_message(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch, fork: bool
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = await store_histories(bus, seed=5, histories=6)
     await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
@@ -120,7 +100,7 @@ async def test_replay_folds_every_batch_and_the_events_after_a_poison_message(
     # small batches: the poison message lands mid-batch and the stream spans many
     monkeypatch.setattr(replay_module, "read_payloads", partial(read_payloads, batch=7))
 
-    stats = await replay(bus, fork=fork)
+    stats = await replay(bus)
 
     expected, _ = fold_one_by_one([*before, *after])
     assert (stats.events, stats.runs) == (len(before) + 1 + len(after), len(expected))

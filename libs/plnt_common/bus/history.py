@@ -8,7 +8,7 @@ it was created (``read_batches``): ``read_events`` decodes each event, ``read_pa
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -78,7 +78,7 @@ async def read_payloads(
     stream: str = subjects.STREAM,
     filter_subject: str = f"{subjects.SUBJECT_PREFIX}.>",
     batch: int = BATCH,
-) -> AsyncGenerator[list[bytes], None]:
+) -> AsyncIterator[list[bytes]]:
     """The payloads of the stored messages matching ``filter_subject``, oldest first.
 
     ``plnt replay``'s reader, a batch at a time (see ``read_batches``).
