@@ -66,10 +66,31 @@ async def test_a_failing_handler_is_retried_then_acked(nats_url: str) -> None:
     spec = ConsumerSpec(
         service="retry", filters=(subjects.event_filter(EventType.RUN_DELETED),), backoff_s=(0.05,)
     )
-    await consume_until(bus, spec, handler, exhausted, done)
+    with structlog.testing.capture_logs() as logs:
+        await consume_until(bus, spec, handler, exhausted, done)
     assert exhausted_for == []
     assert attempts == [1, 2, 3]
+    assert [line for line in logs if line["event"] == "consumer.delivery_failed"] == []
     await bus.close()
+
+
+async def test_a_delivery_that_fails_after_its_handler_is_logged(nats_url: str) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("a"))
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        await bus.nc.close()  # the ack that follows cannot be sent
+        done.set()
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        raise AssertionError("must not exhaust")
+
+    spec = ConsumerSpec(service="closing", filters=(subjects.event_filter(EventType.RUN_DELETED),))
+    with structlog.testing.capture_logs() as logs:
+        await consume_until(bus, spec, handler, exhausted, done)
+    failed = [line["error"] for line in logs if line["event"] == "consumer.delivery_failed"]
+    assert len(failed) == 1 and failed[0].startswith("ConnectionClosedError")
 
 
 async def test_exhausted_deliveries_publish_the_failure_and_poison_is_skipped(

@@ -170,6 +170,7 @@ class EventConsumer:
         # Not mutated: a finished task left in the set would cost memory only.
         task.add_done_callback(self._tasks.discard)  # pragma: no mutate
         task.add_done_callback(lambda _: release())
+        task.add_done_callback(_log_failure)
 
     async def _handle(self, msg: Msg) -> None:
         # The server counts every delivery from 1: the fallback is for the type only.
@@ -217,7 +218,8 @@ class EventConsumer:
         None when no earlier event of the run is being retried."""
         retry = self._retries.get(envelope.subject)
         now = asyncio.get_running_loop().time()
-        if retry is None or now > retry.back_at + RETRY_HOLD_S:
+        # not mutated: `>=` differs only at that instant
+        if retry is None or now > retry.back_at + RETRY_HOLD_S:  # pragma: no mutate
             return None
         if msg.metadata.sequence.stream <= retry.sequence:
             return None  # the retried event itself (or an older one)
@@ -317,3 +319,11 @@ class EventConsumer:
             except Exception as exc:  # the connection may be down; the next beat tries again
                 # A debug trace only, not mutated.
                 log.debug("consumer.in_progress_failed", error=repr(exc))  # pragma: no mutate
+
+
+def _log_failure(task: "asyncio.Task[None]") -> None:
+    """Say why a delivery's task failed outside its handler (an ack to a closed
+    connection, a bug): unread, the error would surface only when the task is collected.
+    The server delivers the event again after the ack wait."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("consumer.delivery_failed", error=repr(exc))

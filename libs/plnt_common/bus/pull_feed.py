@@ -118,8 +118,11 @@ class PullFeed:
         # request this feed already gave up on. A 409 that ends the request early (a
         # leader change, too many waiting requests) is left to the lost-request rule, so
         # a refusal is retried after the expiry, never in a busy loop.
-        if self._open is not None and asyncio.get_running_loop().time() >= (
-            self._open.deadline - self._expires_s / 2
+        # Not mutated: `>` or a third instead of half the expiry move the line between a
+        # request's own 408 and a stale one by an instant or a sixth of the expiry; a 408
+        # comes at the expiry or for a request given up on a whole expiry before.
+        if self._open is not None and asyncio.get_running_loop().time() >= (  # pragma: no mutate
+            self._open.deadline - self._expires_s / 2  # pragma: no mutate
         ):
             self._end_request()
 
@@ -131,7 +134,9 @@ class PullFeed:
     def _drop_if_lost(self) -> None:
         if self._open is None:
             return
-        if asyncio.get_running_loop().time() < self._open.deadline + LOST_AFTER_S:
+        lost_at = self._open.deadline + LOST_AFTER_S
+        # not mutated: `<=` differs only at that instant
+        if asyncio.get_running_loop().time() < lost_at:  # pragma: no mutate
             return
         self._open = None
         if self._nc.is_connected:
