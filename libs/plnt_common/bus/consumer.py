@@ -214,8 +214,9 @@ class EventConsumer:
                     del self._run_tails[envelope.subject]
 
     def _behind_a_retry(self, envelope: Envelope, msg: Msg) -> float | None:
-        """The NAK delay that brings ``msg`` back after its run's retried earlier event;
-        None when no earlier event of the run is being retried."""
+        """The NAK delay that brings ``msg`` back after its run's retried earlier event
+        (and after the run's events held before it, which it is counted behind); None when
+        no earlier event of the run is being retried."""
         retry = self._retries.get(envelope.subject)
         now = asyncio.get_running_loop().time()
         # not mutated: `>=` differs only at that instant
