@@ -31,7 +31,7 @@ from plnt_cli.supervisor import ManagedProcess
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.connection import wait_for_jetstream
-from plnt_common.bus.history import read_payloads
+from plnt_common.bus.history import read_messages
 from plnt_common.bus.kv_batch import bucket_stream
 from plnt_common.bus.kv_watch import watch_entries
 from plnt_common.bus.replay import collector_paused
@@ -318,8 +318,8 @@ async def read_and_decode(bus: Bus) -> tuple[int, float]:
     started = time.perf_counter()
     count = 0
     with collector_paused():
-        async for batch in read_payloads(bus.nc):
-            for payload in batch:
+        async for batch in read_messages(bus.nc):
+            for _, payload in batch:
                 with contextlib.suppress(SpecInvalid):  # a poison message, as replay skips it
                     decode_event(payload)
                 count += 1

@@ -1,8 +1,12 @@
 """``plnt replay`` against a real nats-server: the batch reader, the fold, only changed writes."""
 
+import asyncio
 import gc
+import multiprocessing
+import os
 import random
 import time
+from collections.abc import AsyncIterator
 from functools import partial
 
 import pytest
@@ -11,10 +15,14 @@ from test_projection import fold_one_by_one, random_history
 
 from plnt_common import subjects
 from plnt_common.bus import replay as replay_module
+from plnt_common.bus import replay_workers
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.history import read_payloads
+from plnt_common.bus.history import read_messages
+from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.bus.replay import collector_paused, replay
+from plnt_common.errors import BusUnavailable, PlntError
 from plnt_common.events import Envelope, EventType
+from plnt_common.projection import ProjectionFold
 
 
 async def store_histories(bus: Bus, *, seed: int, histories: int, first: int = 0) -> list[Envelope]:
@@ -45,31 +53,41 @@ async def bucket(bus: Bus, keys: set[str]) -> dict[str, tuple[bytes, int]]:
     return found
 
 
-async def test_read_payloads_returns_every_stored_message_oldest_first_in_batches(
+def stored_as(events: list[Envelope]) -> list[tuple[str, bytes]]:
+    """(subject, payload) of each of ``events`` as ``store_histories`` stored them."""
+    return [
+        (
+            subjects.event_subject(e.event_type, e.namespace, e.name),
+            e.model_dump_json().encode(),
+        )
+        for e in events
+    ]
+
+
+async def test_read_messages_returns_every_stored_message_oldest_first_in_batches(
     bus: Bus,
 ) -> None:
     events = await store_histories(bus, seed=1, histories=4)
-    batches = [batch async for batch in read_payloads(bus.nc, batch=7)]
+    batches = [batch async for batch in read_messages(bus.nc, batch=7)]
     assert [len(b) for b in batches[:-1]] == [7] * (len(batches) - 1)
-    assert [p for b in batches for p in b] == [e.model_dump_json().encode() for e in events]
+    assert [m for b in batches for m in b] == stored_as(events)
     info = await bus.js.stream_info(subjects.STREAM)
     assert info.state.consumer_count == 0  # the reader's consumer is gone
 
 
-async def test_read_payloads_keeps_to_its_filter_and_reads_nothing_from_an_empty_stream(
+async def test_read_messages_keeps_to_its_filter_and_reads_nothing_from_an_empty_stream(
     bus: Bus,
 ) -> None:
-    assert [batch async for batch in read_payloads(bus.nc)] == []
+    assert [batch async for batch in read_messages(bus.nc)] == []
     events = await store_histories(bus, seed=2, histories=3)
     deleted = subjects.event_filter(EventType.RUN_DELETED)
-    read = [p async for batch in read_payloads(bus.nc, filter_subject=deleted) for p in batch]
-    assert read == [
-        e.model_dump_json().encode() for e in events if e.event_type is EventType.RUN_DELETED
-    ]
+    read = [m async for batch in read_messages(bus.nc, filter_subject=deleted) for m in batch]
+    assert read == stored_as([e for e in events if e.event_type is EventType.RUN_DELETED])
 
 
+@pytest.mark.parametrize("workers", [1, 3])
 async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_stream(
-    bus: Bus,
+    bus: Bus, workers: int
 ) -> None:
     events = await store_histories(bus, seed=3, histories=40)
     await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
@@ -80,7 +98,7 @@ async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_strea
     await bus.runs.put(stale_key, b"{}")
 
     started = time.perf_counter()
-    stats = await replay(bus)
+    stats = await replay(bus, workers=workers)  # 3: each run's events dealt to one of them
     took = time.perf_counter() - started
 
     assert (stats.events, stats.runs) == (len(events) + 1, len(expected))
@@ -98,7 +116,7 @@ async def test_replay_folds_every_batch_and_the_events_after_a_poison_message(
     await bus.js.publish(subjects.event_subject(EventType.RUN_READY, "ns-0", "x"), b"{poison")
     after = await store_histories(bus, seed=6, histories=6, first=6)
     # small batches: the poison message lands mid-batch and the stream spans many
-    monkeypatch.setattr(replay_module, "read_payloads", partial(read_payloads, batch=7))
+    monkeypatch.setattr(replay_module, "read_messages", partial(read_messages, batch=7))
 
     stats = await replay(bus)
 
@@ -131,3 +149,83 @@ def test_collector_paused_turns_collection_back_on_only_if_it_was_on() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+async def test_a_worker_that_dies_fails_the_replay_naming_it_and_leaves_the_bucket(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = await store_histories(bus, seed=7, histories=12)
+    await bus.runs.put("ns-0.kept", b"{}")
+    real_add = ProjectionFold.add
+
+    def dying_add(fold: ProjectionFold, event: Envelope) -> None:
+        if event.namespace == "ns-3":
+            os._exit(7)  # the worker holding ns-3's runs dies mid-fold (the OOM killer, say)
+        real_add(fold, event)
+
+    monkeypatch.setattr(ProjectionFold, "add", dying_add)  # the workers fork with it
+    # small batches: more are dealt to the worker after it died
+    monkeypatch.setattr(replay_module, "read_messages", partial(read_messages, batch=3))
+
+    with pytest.raises(
+        PlntError,
+        match=r"fold worker plnt-replay-\d ended without its result "
+        r"\(exit code 7\); the bucket was left as it was",
+    ):
+        await replay(bus, workers=2)
+
+    assert await bucket(bus, {"ns-0.kept", *fold_one_by_one(events)[0]}) == {
+        "ns-0.kept": (b"{}", 1)
+    }
+    assert multiprocessing.active_children() == []
+
+
+async def test_a_worker_that_fails_fails_the_replay_with_its_error(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store_histories(bus, seed=8, histories=4)
+
+    def failing_add(fold: ProjectionFold, event: Envelope) -> None:
+        raise RuntimeError("a bug in the fold")
+
+    async def reading_slowly(nc: object) -> AsyncIterator[list[tuple[str, bytes]]]:
+        async for batch in read_messages(bus.nc, batch=3):
+            yield batch
+            await asyncio.sleep(0.05)  # the failed worker has exited when the stream ends
+
+    monkeypatch.setattr(ProjectionFold, "add", failing_add)
+    monkeypatch.setattr(replay_module, "read_messages", reading_slowly)
+
+    with pytest.raises(PlntError, match=r"failed: RuntimeError\('a bug in the fold'\)"):
+        await replay(bus, workers=2)
+    assert multiprocessing.active_children() == []
+
+
+async def test_a_read_that_fails_midway_ends_every_worker_and_writes_nothing(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store_histories(bus, seed=9, histories=6)
+    # the workers are busy with the first batch when the read fails: they are killed
+    monkeypatch.setattr(ProjectionFold, "add", lambda fold, event: time.sleep(60))
+
+    async def first_batch_then_gone(nc: object) -> AsyncIterator[list[tuple[str, bytes]]]:
+        async for batch in read_messages(bus.nc, batch=5):
+            yield batch
+            raise BusUnavailable("reading PLNT_EVENTS: no answer in 10.0s")
+
+    monkeypatch.setattr(replay_module, "read_messages", first_batch_then_gone)
+
+    started = time.perf_counter()
+    with pytest.raises(BusUnavailable):
+        await replay(bus, workers=2)
+    assert multiprocessing.active_children() == []
+    assert time.perf_counter() - started < replay_workers.JOIN_S  # killed, not waited for
+    assert await kv_snapshot(bus.nc, subjects.RUNS_BUCKET) == {}
+
+
+@pytest.mark.parametrize(("cores", "workers"), [({0}, 1), ({0, 1}, 2), (set(range(16)), 4)])
+def test_one_worker_per_core_the_process_may_use_up_to_four(
+    monkeypatch: pytest.MonkeyPatch, cores: set[int], workers: int
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores)
+    assert replay_workers.worker_count() == workers

@@ -1,8 +1,8 @@
 """Reading the stream back: for ``plnt history``, ``plnt replay`` and a late subscriber.
 
 An ephemeral pull consumer with no acks reads, in stream order, the messages pending when
-it was created (``read_batches``): ``read_events`` decodes each event, ``read_payloads``
-(replay's) hands over the raw payloads.
+it was created (``read_batches``): ``read_events`` decodes each event, ``read_messages``
+(replay's) hands over the subjects and raw payloads.
 """
 
 import asyncio
@@ -72,25 +72,23 @@ def _reader_config(filter_subject: str) -> api.ConsumerConfig:
     )
 
 
-async def read_payloads(
-    nc: Client,
-    *,
-    stream: str = subjects.STREAM,
-    filter_subject: str = f"{subjects.SUBJECT_PREFIX}.>",
-    batch: int = BATCH,
-) -> AsyncIterator[list[bytes]]:
-    """The payloads of the stored messages matching ``filter_subject``, oldest first.
-
-    ``plnt replay``'s reader, a batch at a time (see ``read_batches``).
-    """
-    async for payloads in read_batches(
-        nc, stream=stream, config=_reader_config(filter_subject), keep=_payload, batch=batch
+async def read_messages(
+    nc: Client, *, filter_subject: str = f"{subjects.SUBJECT_PREFIX}.>", batch: int = BATCH
+) -> AsyncIterator[list[tuple[str, bytes]]]:
+    """(subject, payload) of the stored messages matching ``filter_subject``, oldest
+    first: ``plnt replay``'s reader, a batch at a time (see ``read_batches``)."""
+    async for messages in read_batches(
+        nc,
+        stream=subjects.STREAM,
+        config=_reader_config(filter_subject),
+        keep=_subject_and_payload,
+        batch=batch,
     ):
-        yield payloads
+        yield messages
 
 
-def _payload(msg: Msg) -> bytes:
-    return msg.data
+def _subject_and_payload(msg: Msg) -> tuple[str, bytes]:
+    return msg.subject, msg.data
 
 
 async def read_batches(

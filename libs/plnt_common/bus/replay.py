@@ -9,12 +9,10 @@ from dataclasses import dataclass
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.history import read_payloads
+from plnt_common.bus.history import read_messages
 from plnt_common.bus.kv_batch import purge_all, put_all
 from plnt_common.bus.kv_snapshot import kv_snapshot
-from plnt_common.errors import SpecInvalid
-from plnt_common.events import decode_event
-from plnt_common.projection import ProjectionFold
+from plnt_common.bus.replay_workers import FoldWorkers, worker_count
 
 
 @dataclass(frozen=True)
@@ -24,45 +22,40 @@ class ReplayStats:
     seconds: float
 
 
-async def replay(bus: Bus) -> ReplayStats:
+async def replay(bus: Bus, *, workers: int | None = None) -> ReplayStats:
     """Fold every stored event and make the bucket hold exactly the result.
 
+    The parent reads the stream and deals its events to ``workers`` forked processes
+    (default: one per core, see ``replay_workers``), which decode and fold their runs.
     Keys whose stored value already is the folded projection are left as they are (an
     unchanged key keeps its revision); every other key is written, stale keys purged.
     The bucket's values are the ones read as the stream is read (a write racing the
     replay is as racy either way); reading both at once hides one server wait.
-    The cyclic garbage collector is paused throughout (see ``collector_paused``).
+    The cyclic garbage collector is paused throughout (see ``collector_paused``), in the
+    workers too. Raises ``PlntError`` when a worker fails; the bucket is then untouched.
     """
     started = time.perf_counter()
     with collector_paused():
+        # forked before anything else starts: the workers share no task or thread
+        folding = FoldWorkers(workers or worker_count())
         snapshot = asyncio.create_task(kv_snapshot(bus.nc, subjects.RUNS_BUCKET))
         try:
-            fold, count = await _fold_stream(bus)
+            count = 0
+            async for batch in read_messages(bus.nc):
+                count += len(batch)
+                folding.deal(batch)
+            folded = await folding.projections()
         except BaseException:
             snapshot.cancel()
             raise
-        folded = {key: p.model_dump_json().encode() for key, p in fold.projections().items()}
+        finally:
+            folding.close()
         stored = {k: v for k, (_, v) in (await snapshot).items()}
         stale = [key for key in stored if key not in folded]
         changed = {key: value for key, value in folded.items() if stored.get(key) != value}
         await purge_all(bus.nc, subjects.RUNS_BUCKET, stale)
         await put_all(bus.nc, subjects.RUNS_BUCKET, changed)
     return ReplayStats(events=count, runs=len(folded), seconds=time.perf_counter() - started)
-
-
-async def _fold_stream(bus: Bus) -> tuple[ProjectionFold, int]:
-    """Every stored event folded, and how many messages were read."""
-    fold = ProjectionFold()
-    count = 0
-    async for batch in read_payloads(bus.nc):
-        count += len(batch)
-        for payload in batch:
-            try:
-                event = decode_event(payload)
-            except SpecInvalid:
-                continue  # a poison message: history only, as the watcher treats it
-            fold.add(event)
-    return fold, count
 
 
 @contextlib.contextmanager

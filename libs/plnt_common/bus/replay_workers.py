@@ -1,0 +1,162 @@
+"""Replay's fold spread over worker processes, each folding its share of the runs.
+
+A run's projection depends on its own events alone, so the runs are dealt to the
+workers by the run's part of the subject (``<namespace>.<name>``, the last two tokens)
+and each worker's projections are exact. Decoding is most of replay's time
+(docs/benchmarks.md): the workers decode in parallel while the parent reads the stream.
+
+The workers are forked: they start in milliseconds with every model already built, and
+they run only the decode and the fold (no logging, no event loop, no lock the parent
+may hold). Each worker gets its batches in stream order, through its own sender thread,
+so the parent's event loop never waits on a pipe.
+"""
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkProcess
+from typing import Any
+
+from plnt_common.errors import PlntError, SpecInvalid
+from plnt_common.events import decode_event
+from plnt_common.projection import ProjectionFold
+
+MAX_WORKERS = 4
+"""Beyond this the parent's reading, not the decoding, is what replay waits for."""
+JOIN_S = 5.0
+"""How long a worker that sent its result may take to exit before it is killed."""
+
+Batch = list[tuple[str, bytes]]
+"""(subject, payload) of each message, in stream order."""
+
+
+def worker_count() -> int:
+    """One worker per core this process may run on, up to ``MAX_WORKERS``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MAX_WORKERS, cores or 1))
+
+
+class FoldWorkers:
+    """Forked processes folding the events they are dealt; ``close`` always ends them."""
+
+    def __init__(self, count: int) -> None:
+        context = multiprocessing.get_context("fork")
+        self._pipes: list[Connection] = []
+        self._processes: list[ForkProcess] = []
+        for index in range(count):
+            parent_end, child_end = context.Pipe()
+            process = context.Process(
+                target=_fold_share, args=(child_end,), name=f"plnt-replay-{index}", daemon=True
+            )
+            process.start()
+            child_end.close()
+            self._pipes.append(parent_end)
+            self._processes.append(process)
+        # started after the forks: a child never inherits a thread's half-held lock
+        self._senders = [ThreadPoolExecutor(1) for _ in self._pipes]
+        self._sending: list[asyncio.Future[None]] = []
+        self._collected = False
+
+    def deal(self, batch: Batch) -> None:
+        """Send each message to the worker of its run; returns at once."""
+        shares: list[list[bytes]] = [[] for _ in self._pipes]
+        count = len(shares)
+        for subject, payload in batch:
+            shares[hash(subject[subject.rfind(".", 0, subject.rfind(".")) :]) % count].append(
+                payload
+            )
+        loop = asyncio.get_running_loop()
+        for sender, pipe, share in zip(self._senders, self._pipes, shares, strict=True):
+            if share:
+                self._sending.append(loop.run_in_executor(sender, _send, pipe, share))
+
+    async def projections(self) -> dict[str, bytes]:
+        """Every worker's projections, serialised, once each has folded all it was dealt.
+
+        Raises ``PlntError`` when a worker failed or ended without its result.
+        """
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*self._sending)
+        results = await asyncio.gather(
+            *(
+                loop.run_in_executor(sender, _finish, pipe)
+                for sender, pipe in zip(self._senders, self._pipes, strict=True)
+            )
+        )
+        self._collected = True
+        folded: dict[str, bytes] = {}
+        for process, result in zip(self._processes, results, strict=True):
+            if result is None:
+                process.join(JOIN_S)  # for its exit code
+                raise PlntError(
+                    f"replay: fold worker {process.name} ended without its result "
+                    f"(exit code {process.exitcode}); the bucket was left as it was"
+                )
+            kind, value = result
+            if kind == "error":
+                raise PlntError(f"replay: fold worker {process.name} failed: {value}")
+            folded.update(value)
+        return folded
+
+    def close(self) -> None:
+        """Stop the senders and reap every worker: one that sent its result is left a
+        moment to exit, any other is killed (replay failed, or was interrupted)."""
+        for sender in self._senders:
+            sender.shutdown(wait=False, cancel_futures=True)
+        for pipe in self._pipes:
+            pipe.close()
+        for process in self._processes:
+            process.join(JOIN_S if self._collected else 0)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def _send(pipe: Connection, share: list[bytes]) -> None:
+    with contextlib.suppress(OSError):  # the worker is gone: ``_finish`` says how it ended
+        pipe.send(share)
+
+
+def _finish(pipe: Connection) -> tuple[str, Any] | None:
+    """Tell the worker the stream ended; its ("ok", projections) or ("error", why), or
+    None when it died without either."""
+    with contextlib.suppress(OSError):  # gone already: what it sent first is still read
+        pipe.send(None)
+    try:
+        result: tuple[str, Any] = pipe.recv()
+    except (EOFError, OSError):
+        return None
+    return result
+
+
+def _fold_share(pipe: Connection) -> None:
+    """A worker: fold every share until the end marker, then send the projections."""
+    # Ctrl-C ends the worker at once (the parent cleans up); the parent's signal wake-up
+    # pipe is not the worker's to write to.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    result: tuple[str, Any]
+    try:
+        result = ("ok", _fold_until_the_end(pipe))
+    except EOFError:
+        return  # the parent closed its end: the replay failed or was interrupted there
+    except BaseException as exc:  # the parent reports it, in one line
+        result = ("error", repr(exc))
+    with contextlib.suppress(OSError):
+        pipe.send(result)
+
+
+def _fold_until_the_end(pipe: Connection) -> dict[str, bytes]:
+    fold = ProjectionFold()
+    while (share := pipe.recv()) is not None:
+        for payload in share:
+            try:
+                event = decode_event(payload)
+            except SpecInvalid:
+                continue  # a poison message: history only, as the watcher treats it
+            fold.add(event)
+    return {key: p.model_dump_json().encode() for key, p in fold.projections().items()}
