@@ -285,6 +285,7 @@ async def test_a_failure_that_cannot_be_published_is_tried_again_after_the_last_
     bus = await Bus.open(nats_url, service="test")
     await bus.publish(deleted_event("unrecorded"))
     exhausted_at: list[float] = []
+    exhausted_for: list[str] = []
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -293,6 +294,7 @@ async def test_a_failure_that_cannot_be_published_is_tried_again_after_the_last_
 
     async def exhausted(event: Envelope, exc: BaseException) -> None:
         exhausted_at.append(loop.time())
+        exhausted_for.append(event.name)
         if len(exhausted_at) == 1:
             raise ConnectionError("bus down")
         done.set()
@@ -316,6 +318,11 @@ async def test_a_failure_that_cannot_be_published_is_tried_again_after_the_last_
         ),
         ("handler.exhausted", "delivery attempts exhausted"),
     ]
+    # the delivery past the last attempt reports its own event, then is terminated
+    assert exhausted_for == ["unrecorded", "unrecorded"]
+    assert [line for line in logs if line["event"] == "consumer.delivery_failed"] == []
+    info = await bus.js.consumer_info(subjects.STREAM, subjects.durable_name("unrecorded"))
+    assert (info.num_ack_pending, info.num_pending) == (0, 0)
     await bus.close()
 
 
