@@ -5,10 +5,10 @@ workers by the run's part of the subject (``<namespace>.<name>``, the last two t
 and each worker's projections are exact. Decoding is most of replay's time
 (docs/benchmarks.md): the workers decode in parallel while the parent reads the stream.
 
-The workers are forked: they start in milliseconds with every model already built, and
-they run only the decode and the fold (no logging, no event loop, no lock the parent
-may hold). Each worker gets its batches in stream order, through its own sender thread,
-so the parent's event loop never waits on a pipe.
+The workers are forked (on Linux, see ``START_METHOD``): they start in milliseconds with
+every model already built, and they run only the decode and the fold (no logging, no
+event loop, no lock the parent may hold). Each worker gets its batches in stream order,
+through its own sender thread, so the parent's event loop never waits on a pipe.
 """
 
 import asyncio
@@ -16,9 +16,10 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from multiprocessing.context import ForkProcess
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from plnt_common.errors import PlntError, SpecInvalid
@@ -29,6 +30,15 @@ MAX_WORKERS = 4
 """Beyond this the parent's reading, not the decoding, is what replay waits for."""
 JOIN_S = 5.0
 """How long a worker that sent its result may take to exit before it is killed."""
+
+START_METHOD = "fork" if sys.platform == "linux" else "spawn"
+"""Forked on Linux; elsewhere (fork is unsafe on macOS, absent on Windows) each worker
+starts a fresh interpreter, which costs it about a second of imports."""
+_CONTEXT = (
+    multiprocessing.get_context("fork")
+    if START_METHOD == "fork"
+    else multiprocessing.get_context("spawn")
+)
 
 Batch = list[tuple[str, bytes]]
 """(subject, payload) of each message, in stream order."""
@@ -44,12 +54,11 @@ class FoldWorkers:
     """Forked processes folding the events they are dealt; ``close`` always ends them."""
 
     def __init__(self, count: int) -> None:
-        context = multiprocessing.get_context("fork")
         self._pipes: list[Connection] = []
-        self._processes: list[ForkProcess] = []
+        self._processes: list[BaseProcess] = []
         for index in range(count):
-            parent_end, child_end = context.Pipe()
-            process = context.Process(
+            parent_end, child_end = _CONTEXT.Pipe()
+            process = _CONTEXT.Process(
                 target=_fold_share, args=(child_end,), name=f"plnt-replay-{index}", daemon=True
             )
             process.start()
