@@ -229,3 +229,11 @@ def test_one_worker_per_core_the_process_may_use_up_to_four(
 ) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores)
     assert replay_workers.worker_count() == workers
+
+
+def test_a_message_is_dealt_by_its_runs_namespace_and_name_whatever_its_type() -> None:
+    subject = subjects.event_subject(EventType.RUN_REQUESTED, "team-a", "review-responder")
+    assert replay_workers._run_of(subject) == "team-a.review-responder"
+    assert replay_workers._run_of(
+        subjects.event_subject(EventType.ANALYSIS_PASSED, "team-a", "review-responder")
+    ) == replay_workers._run_of(subject)

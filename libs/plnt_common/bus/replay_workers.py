@@ -75,9 +75,7 @@ class FoldWorkers:
         shares: list[list[bytes]] = [[] for _ in self._pipes]
         count = len(shares)
         for subject, payload in batch:
-            shares[hash(subject[subject.rfind(".", 0, subject.rfind(".")) :]) % count].append(
-                payload
-            )
+            shares[hash(_run_of(subject)) % count].append(payload)
         loop = asyncio.get_running_loop()
         for sender, pipe, share in zip(self._senders, self._pipes, shares, strict=True):
             if share:
@@ -123,6 +121,12 @@ class FoldWorkers:
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+def _run_of(subject: str) -> str:
+    """``<namespace>.<name>`` of ``plnt.evt.<type>.<namespace>.<name>`` (the type has dots,
+    the names none)."""
+    return subject[subject.rfind(".", 0, subject.rfind(".")) + 1 :]
 
 
 def _send(pipe: Connection, share: list[bytes]) -> None:
