@@ -51,11 +51,14 @@ async def test_a_failing_handler_is_retried_then_acked(nats_url: str) -> None:
     bus = await Bus.open(nats_url, service="test")
     await bus.publish(deleted_event("a"))
     attempts: list[int] = []
+    attempted_at: list[float] = []
     exhausted_for: list[str] = []  # the consumer swallows a raise here: record it
     done = asyncio.Event()
+    loop = asyncio.get_running_loop()
 
     async def handler(event: Envelope, delivery: Delivery) -> None:
         attempts.append(delivery.attempt)
+        attempted_at.append(loop.time())
         if delivery.attempt < 3:
             raise RuntimeError("transient")
         done.set()
@@ -64,12 +67,14 @@ async def test_a_failing_handler_is_retried_then_acked(nats_url: str) -> None:
         exhausted_for.append(event.name)
 
     spec = ConsumerSpec(
-        service="retry", filters=(subjects.event_filter(EventType.RUN_DELETED),), backoff_s=(0.05,)
+        service="retry", filters=(subjects.event_filter(EventType.RUN_DELETED),), backoff_s=(0.3,)
     )
     with structlog.testing.capture_logs() as logs:
         await consume_until(bus, spec, handler, exhausted, done)
     assert exhausted_for == []
     assert attempts == [1, 2, 3]
+    # each retry comes back after the back-off (the NAK's delay), not at once
+    assert [b - a >= 0.3 for a, b in zip(attempted_at, attempted_at[1:])] == [True, True]
     assert [line for line in logs if line["event"] == "consumer.delivery_failed"] == []
     await bus.close()
 
