@@ -134,10 +134,12 @@ class EventConsumer:
         config = api.ConsumerConfig(
             durable_name=subjects.durable_name(self._spec.service),
             filter_subjects=list(self._spec.filters),
-            ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=api.DeliverPolicy.ALL,
+            # These three are the server's defaults for a durable pull consumer, stated
+            # because the delivery rules rest on them: dropping one changes nothing.
+            ack_policy=api.AckPolicy.EXPLICIT,  # pragma: no mutate
+            deliver_policy=api.DeliverPolicy.ALL,  # pragma: no mutate
             ack_wait=self._spec.ack_wait_s,
-            max_deliver=-1,
+            max_deliver=-1,  # pragma: no mutate  (exhaustion is counted here, not by the server)
             max_ack_pending=max(1000, self._spec.concurrency * 4),
         )
         await self._bus.js.add_consumer(subjects.STREAM, config)
