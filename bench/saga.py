@@ -35,6 +35,7 @@ from plnt_common.bus.history import read_messages
 from plnt_common.bus.kv_batch import bucket_stream
 from plnt_common.bus.kv_watch import watch_entries
 from plnt_common.bus.replay import collector_paused
+from plnt_common.bus.replay_workers import worker_count
 from plnt_common.errors import SpecInvalid
 from plnt_common.events import decode_event
 from plnt_common.nats_server import (
@@ -442,8 +443,9 @@ def replay_rows(url: str) -> list[Row]:
         ratio = median(figures[index] / figures[2] for figures in rounds)
         rows.append(
             Row.check(
-                f"plnt replay ({events} events), {case}, median of {REPLAY_ROUNDS} rounds, "
-                "as a share of the same round's bare read-and-decode",
+                f"plnt replay ({events} events, {worker_count()} fold workers), {case}, median "
+                f"of {REPLAY_ROUNDS} rounds, as a share of the same round's bare "
+                "read-and-decode (one process)",
                 f"{ratio:.0%} ({_rates([figures[index] for figures in rounds])})",
                 reference,
                 f"≥ {MIN_REPLAY_SHARE:.0%}",
