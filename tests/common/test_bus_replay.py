@@ -8,6 +8,7 @@ import random
 import time
 from collections.abc import AsyncIterator
 from functools import partial
+from multiprocessing.connection import Connection
 
 import pytest
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
@@ -151,6 +152,28 @@ def test_collector_paused_turns_collection_back_on_only_if_it_was_on() -> None:
         gc.enable()
 
 
+async def test_a_worker_gets_every_share_before_the_end_of_the_stream_however_slow_sending(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = await store_histories(bus, seed=10, histories=10)
+    real_send = replay_workers._send
+
+    def slow_send(pipe: Connection, share: list[bytes]) -> None:
+        time.sleep(0.02)  # the parent has read the whole stream long before the last share
+        real_send(pipe, share)
+
+    monkeypatch.setattr(replay_workers, "_send", slow_send)
+    monkeypatch.setattr(replay_module, "read_messages", partial(read_messages, batch=4))
+
+    await replay(bus, workers=2)
+
+    expected, _ = fold_one_by_one(events)
+    stored = await bucket(bus, set(expected))
+    assert {key: value for key, (value, _) in stored.items()} == {
+        key: projection.model_dump_json().encode() for key, projection in expected.items()
+    }
+
+
 async def test_a_worker_that_dies_fails_the_replay_naming_it_and_leaves_the_bucket(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,7 +242,7 @@ async def test_a_read_that_fails_midway_ends_every_worker_and_writes_nothing(
     with pytest.raises(BusUnavailable):
         await replay(bus, workers=2)
     assert multiprocessing.active_children() == []
-    assert time.perf_counter() - started < replay_workers.JOIN_S  # killed, not waited for
+    assert time.perf_counter() - started < 5  # the busy workers killed, not waited for
     assert await kv_snapshot(bus.nc, subjects.RUNS_BUCKET) == {}
 
 
@@ -228,6 +251,15 @@ def test_one_worker_per_core_the_process_may_use_up_to_four(
     monkeypatch: pytest.MonkeyPatch, cores: set[int], workers: int
 ) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores)
+    assert replay_workers.worker_count() == workers
+
+
+@pytest.mark.parametrize(("cpus", "workers"), [(3, 3), (None, 1)])
+def test_without_an_affinity_call_the_cpu_count_says_and_an_unknown_one_gives_one(
+    monkeypatch: pytest.MonkeyPatch, cpus: int | None, workers: int
+) -> None:
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS and Windows have none
+    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
     assert replay_workers.worker_count() == workers
 
 

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -29,7 +30,7 @@ from plnt_common.projection import ProjectionFold
 MAX_WORKERS = 4
 """Beyond this the parent's reading, not the decoding, is what replay waits for."""
 JOIN_S = 5.0
-"""How long a worker that sent its result may take to exit before it is killed."""
+"""How long a worker whose pipe ended may take to exit, for its exit code."""
 
 START_METHOD = "fork" if sys.platform == "linux" else "spawn"
 """Forked on Linux; elsewhere (fork is unsafe on macOS, absent on Windows) each worker
@@ -50,36 +51,31 @@ def worker_count() -> int:
     return max(1, min(MAX_WORKERS, cores or 1))
 
 
+@dataclass(frozen=True)
+class _Worker:
+    process: BaseProcess
+    pipe: Connection
+    sender: ThreadPoolExecutor
+    """Sends the worker its shares one after the other, off the event loop."""
+
+
 class FoldWorkers:
     """Forked processes folding the events they are dealt; ``close`` always ends them."""
 
     def __init__(self, count: int) -> None:
-        self._pipes: list[Connection] = []
-        self._processes: list[BaseProcess] = []
-        for index in range(count):
-            parent_end, child_end = _CONTEXT.Pipe()
-            process = _CONTEXT.Process(
-                target=_fold_share, args=(child_end,), name=f"plnt-replay-{index}", daemon=True
-            )
-            process.start()
-            child_end.close()
-            self._pipes.append(parent_end)
-            self._processes.append(process)
-        # started after the forks: a child never inherits a thread's half-held lock
-        self._senders = [ThreadPoolExecutor(1) for _ in self._pipes]
-        self._sending: list[asyncio.Future[None]] = []
-        self._collected = False
+        started = [_start(index) for index in range(count)]
+        # the threads start after every fork: a child never inherits a half-held lock
+        self._workers = [_Worker(process, pipe, ThreadPoolExecutor(1)) for process, pipe in started]
 
     def deal(self, batch: Batch) -> None:
         """Send each message to the worker of its run; returns at once."""
-        shares: list[list[bytes]] = [[] for _ in self._pipes]
-        count = len(shares)
+        workers = self._workers
+        shares: list[list[bytes]] = [[] for _ in workers]
         for subject, payload in batch:
-            shares[hash(_run_of(subject)) % count].append(payload)
-        loop = asyncio.get_running_loop()
-        for sender, pipe, share in zip(self._senders, self._pipes, shares, strict=True):
+            shares[hash(_run_of(subject)) % len(workers)].append(payload)
+        for index, share in enumerate(shares):
             if share:
-                self._sending.append(loop.run_in_executor(sender, _send, pipe, share))
+                workers[index].sender.submit(_send, workers[index].pipe, share)
 
     async def projections(self) -> dict[str, bytes]:
         """Every worker's projections, serialised, once each has folded all it was dealt.
@@ -87,18 +83,17 @@ class FoldWorkers:
         Raises ``PlntError`` when a worker failed or ended without its result.
         """
         loop = asyncio.get_running_loop()
-        await asyncio.gather(*self._sending)
-        results = await asyncio.gather(
-            *(
-                loop.run_in_executor(sender, _finish, pipe)
-                for sender, pipe in zip(self._senders, self._pipes, strict=True)
-            )
-        )
-        self._collected = True
+        # each end marker queued behind the worker's shares; all workers finish at once
+        finishing = [
+            (worker.process, loop.run_in_executor(worker.sender, _finish, worker.pipe))
+            for worker in self._workers
+        ]
         folded: dict[str, bytes] = {}
-        for process, result in zip(self._processes, results, strict=True):
+        for process, finished in finishing:
+            result = await finished
             if result is None:
-                process.join(JOIN_S)  # for its exit code
+                # a worker whose pipe ended is exiting: the bound only guards against a hang
+                process.join(JOIN_S)  # pragma: no mutate
                 raise PlntError(
                     f"replay: fold worker {process.name} ended without its result "
                     f"(exit code {process.exitcode}); the bucket was left as it was"
@@ -110,17 +105,29 @@ class FoldWorkers:
         return folded
 
     def close(self) -> None:
-        """Stop the senders and reap every worker: one that sent its result is left a
-        moment to exit, any other is killed (replay failed, or was interrupted)."""
-        for sender in self._senders:
-            sender.shutdown(wait=False, cancel_futures=True)
-        for pipe in self._pipes:
-            pipe.close()
-        for process in self._processes:
-            process.join(JOIN_S if self._collected else 0)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        """End every worker (one that sent its result is exiting already), then the
+        senders, then the pipes: no send is left writing to a closed descriptor."""
+        for worker in self._workers:
+            if worker.process.is_alive():
+                worker.process.kill()
+            worker.process.join()
+        for worker in self._workers:
+            worker.sender.shutdown(cancel_futures=True)  # a send to a dead worker fails fast
+            worker.pipe.close()
+
+
+def _start(index: int) -> tuple[BaseProcess, Connection]:
+    parent_end, child_end = _CONTEXT.Pipe()
+    process = _CONTEXT.Process(
+        target=_fold_share,
+        args=(child_end,),
+        name=f"plnt-replay-{index}",
+        # ended with the parent's interpreter should the parent never reach ``close``
+        daemon=True,  # pragma: no mutate
+    )
+    process.start()
+    child_end.close()
+    return process, parent_end
 
 
 def _run_of(subject: str) -> str:
