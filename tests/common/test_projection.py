@@ -436,3 +436,132 @@ def test_of_two_events_at_one_step_and_time_the_later_in_the_stream_sets_each_fi
     assert projection.status.smoke.passed
     assert {c.type.value: c.status for c in projection.status.conditions}["SmokePassed"] == "True"
     assert fold([*start, *steps]).step_hold_s == 3.0
+
+
+STEPPED_PLAN = Canary(steps=(10, 50), step_interval="30s")
+GATED_PLAN = Canary(steps=(10, 50), step_interval="30s", manual_gate=True)
+
+
+def smoked() -> RunProjection:
+    """A run whose canary passed its smoke test (Promoting, the canary at 7 %)."""
+    return fold(happy_saga()[:4])
+
+
+def verdict(kind: EventType, step: int, plan: Canary = STEPPED_PLAN) -> Envelope:
+    figures = AnalysisStatus(
+        step=f"{step}/2", passed=kind is EventType.ANALYSIS_PASSED, reason="ok"
+    )
+    return event(
+        kind,
+        AnalysisVerdict(canary=canary(), plan=plan, step=step, traffic_percent=10, figures=figures),
+    )
+
+
+def test_a_canary_step_shows_its_weight_label_and_hold() -> None:
+    stepped = event(
+        EventType.CANARY_STEPPED,
+        CanaryStepped(canary=canary(), plan=STEPPED_PLAN, step=2, traffic_percent=50, hold_s=45),
+    )
+    projection = apply_event(smoked(), stepped)
+    assert projection.status.phase is Phase.PROGRESSING
+    assert projection.status.canary.model_dump() == {
+        "revision": "1.0.0-g1",
+        "traffic_percent": 50,
+        "step": "2/2",
+    }
+    assert projection.status.message == "step 2/2: 50% on 1.0.0-g1, live calls judged for 30s"
+    assert projection.step_hold_s == 45
+
+
+@pytest.mark.parametrize(
+    ("step", "plan", "phase", "message"),
+    [
+        (1, STEPPED_PLAN, Phase.PROGRESSING, "step 1/2 passed: ok"),
+        (2, STEPPED_PLAN, Phase.PROMOTING, "step 2/2 passed: ok"),
+        (1, GATED_PLAN, Phase.PROGRESSING, "step 1/2 passed: ok"),
+        (2, GATED_PLAN, Phase.PAUSED, "waiting at the manual gate: plnt promote wf"),
+    ],
+    ids=["step-1", "last-step", "gated-step-1", "gated-last-step"],
+)
+def test_a_passed_step_moves_on_promotes_after_the_last_or_waits_at_the_gate(
+    step: int, plan: Canary, phase: Phase, message: str
+) -> None:
+    projection = apply_event(smoked(), verdict(EventType.ANALYSIS_PASSED, step, plan))
+    assert (projection.status.phase, projection.status.message) == (phase, message)
+    assert projection.status.analysis.step == f"{step}/2"
+    assert projection.status.analysis.passed
+
+
+def test_a_failed_step_rolls_back_naming_the_step() -> None:
+    projection = apply_event(smoked(), verdict(EventType.ANALYSIS_FAILED, 1))
+    assert projection.status.phase is Phase.ROLLING_BACK
+    assert projection.status.message == "step 1/2 failed: ok"
+    assert projection.status.analysis.step == "1/2"
+    assert not projection.status.analysis.passed
+
+
+def conditions_of(projection: RunProjection) -> dict[str, tuple[str, str, str]]:
+    return {c.type.value: (c.status, c.reason, c.message) for c in projection.status.conditions}
+
+
+def test_a_failed_install_rolls_back_with_the_install_condition_false() -> None:
+    failed = event(
+        EventType.INSTALL_FAILED,
+        InstallFailed(
+            reason=Reason.INSTALL_FAILED, message="image pull", revision="1.0.0-g1", release="wf"
+        ),
+    )
+    projection = apply_event(fold(happy_saga()[:2]), failed)
+    assert (projection.status.phase, projection.status.message) == (
+        Phase.ROLLING_BACK,
+        "image pull",
+    )
+    assert conditions_of(projection)["CanaryInstalled"] == ("False", "InstallFailed", "image pull")
+
+
+@pytest.mark.parametrize(("promoted_before", "ready"), [(True, "True"), (False, "False")])
+def test_a_failed_run_is_ready_only_if_an_earlier_revision_still_serves(
+    promoted_before: bool, ready: str
+) -> None:
+    start = fold(happy_saga(generation=1)) if promoted_before else None
+    second = happy_saga(generation=2)[:2]
+    failed = event(
+        EventType.RUN_FAILED, RunFailed(reason=Reason.SPEC_INVALID, message="bad"), generation=2
+    )
+    projection = fold([*second, failed], start)
+    assert projection.status.phase is Phase.FAILED
+    assert projection.status.message == "SpecInvalid: bad"
+    assert projection.status.canary.traffic_percent == 0
+    assert conditions_of(projection)["Ready"] == (ready, "SpecInvalid", "bad")
+
+
+def test_a_reverted_run_serves_the_earlier_revision_again() -> None:
+    reverted = event(
+        EventType.RUN_REVERTED,
+        RunReverted(
+            revision="0.9.0-g0",
+            reverted_revision="1.0.0-g1",
+            reason=Reason.ROLLBACK_REQUESTED,
+            message="asked",
+        ),
+        attempt=2,
+    )
+    projection = apply_event(fold(happy_saga()), reverted)
+    assert projection.status.phase is Phase.REVERTED
+    assert (projection.stable_revision, projection.status.revision) == ("0.9.0-g0", "0.9.0-g0")
+    assert projection.status.message == "reverted 1.0.0-g1 to 0.9.0-g0: asked"
+    assert conditions_of(projection)["Ready"] == ("True", "RollbackRequested", "asked")
+
+
+def test_a_deletion_says_what_it_removes_and_the_removal_says_it_is_done() -> None:
+    deleted = apply_event(fold(happy_saga()), event(EventType.RUN_DELETED, RunDeleted(), attempt=2))
+    assert (deleted.deleting, deleted.removed) == (True, False)
+    assert (deleted.status.phase, deleted.status.message) == (
+        Phase.DELETING,
+        "removing routes and releases",
+    )
+    removed = apply_event(deleted, event(EventType.RUN_REMOVED, RunRemoved(), attempt=2))
+    assert (removed.deleting, removed.removed, removed.status.message) == (True, True, "removed")
+    # a removal seen without its deletion (replayed from the middle) still reads as deleting
+    alone = apply_event(fold(happy_saga()), event(EventType.RUN_REMOVED, RunRemoved(), attempt=2))
+    assert (alone.deleting, alone.removed) == (True, True)
