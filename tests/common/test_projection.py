@@ -565,3 +565,63 @@ def test_a_deletion_says_what_it_removes_and_the_removal_says_it_is_done() -> No
     # a removal seen without its deletion (replayed from the middle) still reads as deleting
     alone = apply_event(fold(happy_saga()), event(EventType.RUN_REMOVED, RunRemoved(), attempt=2))
     assert (alone.deleting, alone.removed) == (True, True)
+
+
+def test_a_failed_smoke_test_rolls_back_with_its_reason() -> None:
+    figures = SmokeFigures(passed=False, invocations=3, reason="p95 900ms over 500ms")
+    failed = event(EventType.SMOKE_FAILED, SmokeVerdict(canary=canary(), figures=figures))
+    projection = apply_event(fold(happy_saga()[:3]), failed)
+    assert projection.status.phase is Phase.ROLLING_BACK
+    assert projection.status.message == "smoke test failed: p95 900ms over 500ms"
+    assert conditions_of(projection)["SmokePassed"] == (
+        "False",
+        "SmokeFailed",
+        "p95 900ms over 500ms",
+    )
+    assert projection.status.smoke.invocations == 3
+
+
+def test_a_step_past_its_deadline_rolls_back_saying_which_and_how_long() -> None:
+    timed_out = event(EventType.STEP_TIMED_OUT, StepTimedOut(phase="Installing", deadline_s=300))
+    projection = apply_event(fold(happy_saga()[:2]), timed_out)
+    assert (projection.status.phase, projection.status.message) == (
+        Phase.ROLLING_BACK,
+        "Installing passed its 300s deadline",
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"), [("", "canary 1.0.0-g1 out of the route"), ("aborted", "aborted")]
+)
+def test_a_restored_route_shows_the_canary_at_zero_and_why(message: str, shown: str) -> None:
+    restored = event(
+        EventType.ROUTE_RESTORED,
+        RouteRestored(revision="1.0.0-g1", reason=Reason.SMOKE_FAILED, message=message),
+    )
+    projection = apply_event(smoked(), restored)
+    assert projection.status.phase is Phase.ROLLING_BACK
+    assert projection.status.canary.model_dump() == {
+        "revision": "1.0.0-g1",
+        "traffic_percent": 0,
+        "step": "",
+    }
+    assert projection.status.message == shown
+
+
+def test_a_promotion_keeps_the_new_stable_and_the_revision_it_replaced() -> None:
+    ready = event(
+        EventType.RUN_READY,
+        RunReady(revision="1.0.0-g1", endpoint="http://r/wf", previous_revision="0.9.0-g0"),
+    )
+    projection = apply_event(smoked(), ready)
+    assert (projection.stable_revision, projection.previous_revision) == ("1.0.0-g1", "0.9.0-g0")
+
+
+def test_a_rollback_with_nothing_promoted_before_says_nothing_keeps_serving() -> None:
+    rolled_back = event(
+        EventType.RUN_ROLLED_BACK,
+        RunRolledBack(revision="1.0.0-g1", reason=Reason.SMOKE_FAILED, message="errors"),
+    )
+    projection = apply_event(smoked(), rolled_back)
+    assert projection.status.message == "rolled back 1.0.0-g1: errors"
+    assert conditions_of(projection)["Ready"] == ("False", "SmokeFailed", "errors")
