@@ -2,12 +2,14 @@
 failed: the later one comes back after it (real nats-server)."""
 
 import asyncio
+import itertools
 
+from nats.aio.msg import Msg
 from test_bus_consumer import deleted_event
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer
+from plnt_common.bus.consumer import BEHIND_A_RETRY_S, ConsumerSpec, Delivery, EventConsumer
 from plnt_common.events import Envelope, EventType
 
 
@@ -56,3 +58,25 @@ async def test_a_later_event_of_a_run_waits_for_an_earlier_one_that_failed(
     # for too early, all would be held again (a second NAK each)
     assert sum(held_attempts) / len(held_attempts) <= 2.5, held_attempts
     assert "b1" in handled  # another run is not held back
+
+
+def stored_as(sequence: int) -> Msg:
+    """A delivery of stream message ``sequence``, as far as the hold reads it."""
+    msg = Msg(_client=None, subject="plnt.evt.run.deleted.default.a")  # type: ignore[arg-type]
+    msg.reply = f"$JS.ACK.PLNT_EVENTS.ordered.1.{sequence}.{sequence}.1796152995699253160.0"
+    return msg
+
+
+async def test_later_events_held_behind_one_retry_come_back_one_step_apart_in_order() -> None:
+    # the NAKed event (sequence 1) comes back in 0.3 s; its run's next five are sent back
+    # behind it one step apart, so the server cannot hand two of them on at one moment
+    spec = ConsumerSpec(service="ordered", filters=(), ordered_by_run=True)
+    consumer = EventConsumer(None, spec, None, None)  # type: ignore[arg-type]
+    retried = deleted_event("a", 1)
+    consumer._hold_run(retried, stored_as(1), 0.3)
+    later = [consumer._behind_a_retry(deleted_event("a", g), stored_as(g)) for g in range(2, 7)]
+    delays = [delay for delay in later if delay is not None]
+    assert len(delays) == 5
+    assert [round(b - a, 3) for a, b in itertools.pairwise(delays)] == [BEHIND_A_RETRY_S] * 4
+    assert 0.3 < delays[0] <= 0.3 + BEHIND_A_RETRY_S
+    assert consumer._behind_a_retry(retried, stored_as(1)) is None  # the retried one goes on
