@@ -217,16 +217,15 @@ class _Draft:
         stamp = (rank, event.time.isoformat())
         stamps = self.stamps
         if sagaid != self.saga_id:
-            if self.saga_id and saga_order(sagaid) < saga_order(self.saga_id):
+            # not mutated: `<=` is the same, as an equal order is the same saga id
+            if self.saga_id and saga_order(sagaid) < saga_order(self.saga_id):  # pragma: no mutate
                 return False  # an older saga: history only
             self._start_saga(event)
             stamps = self.stamps
-        elif (
-            self.rank == TERMINAL_RANK
-            and rank == TERMINAL_RANK
-            and stamps.get("terminal", _NO_STAMP) != stamp
-        ):
-            return False  # a second terminal event (never published, but never trusted)
+        elif self.rank == TERMINAL_RANK and rank == TERMINAL_RANK:
+            # a second terminal event (never published, but never trusted), or the first
+            # once more, which would change nothing
+            return False
         # Each field keeps the value of the newest (rank, time) that set it: the checks
         # are inlined, with the stamps' keys made once, since they run for every event.
         step = _STEP_UPDATES[event_type](self, event)
@@ -250,8 +249,6 @@ class _Draft:
             if stamps.get(field, _NO_STAMP) <= stamp:
                 stamps[field] = stamp
                 updates[field] = value
-        if rank == TERMINAL_RANK:
-            stamps["terminal"] = stamp
         if rank > self.rank:
             self.rank = rank
         status_updates["saga_id"] = sagaid
@@ -498,7 +495,7 @@ def _restored(current: _Draft, event: Envelope) -> dict[str, object]:
     return {
         "status": {
             "phase": Phase.ROLLING_BACK,
-            "canary": CanaryStatus(revision=data.revision, traffic_percent=0),
+            "canary": CanaryStatus(revision=data.revision),  # at 0 %, the default
             "message": data.message or f"canary {data.revision} out of the route",
         }
     }

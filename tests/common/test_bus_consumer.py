@@ -1,6 +1,7 @@
 """The bus against a real nats-server: dedup by Nats-Msg-Id, retries, poison, exhaustion."""
 
 import asyncio
+import itertools
 
 import structlog.testing
 from nats.js import api
@@ -74,7 +75,7 @@ async def test_a_failing_handler_is_retried_then_acked(nats_url: str) -> None:
     assert exhausted_for == []
     assert attempts == [1, 2, 3]
     # each retry comes back after the back-off (the NAK's delay), not at once
-    assert [b - a >= 0.3 for a, b in zip(attempted_at, attempted_at[1:])] == [True, True]
+    assert [b - a >= 0.3 for a, b in itertools.pairwise(attempted_at)] == [True, True]
     assert [line for line in logs if line["event"] == "consumer.delivery_failed"] == []
     await bus.close()
 

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from functools import partial
 from multiprocessing.connection import Connection
@@ -156,16 +157,21 @@ async def test_a_worker_gets_every_share_before_the_end_of_the_stream_however_sl
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events = await store_histories(bus, seed=10, histories=10)
-    real_send = replay_workers._send
+    real_send = Connection.send
+    shares_to: Counter[int] = Counter()
 
-    def slow_send(pipe: Connection, share: list[bytes]) -> None:
-        time.sleep(0.02)  # the parent has read the whole stream long before the last share
-        real_send(pipe, share)
+    def slow_send(pipe: Connection, obj: object) -> None:
+        if isinstance(obj, list):  # a share, from the parent
+            shares_to[pipe.fileno()] += 1
+            time.sleep(0.02)  # the parent has read the stream long before the last share
+        real_send(pipe, obj)
 
-    monkeypatch.setattr(replay_workers, "_send", slow_send)
+    monkeypatch.setattr(Connection, "send", slow_send)
     monkeypatch.setattr(replay_module, "read_messages", partial(read_messages, batch=4))
 
     await replay(bus, workers=2)
+
+    assert len(shares_to) == 2  # the runs were dealt to both workers
 
     expected, _ = fold_one_by_one(events)
     stored = await bucket(bus, set(expected))

@@ -625,3 +625,54 @@ def test_a_rollback_with_nothing_promoted_before_says_nothing_keeps_serving() ->
     projection = apply_event(smoked(), rolled_back)
     assert projection.status.message == "rolled back 1.0.0-g1: errors"
     assert conditions_of(projection)["Ready"] == ("False", "SmokeFailed", "errors")
+
+
+def installed_with(plan: Canary) -> list[Envelope]:
+    spec = SPEC.model_copy(update={"canary": plan})
+    run = RunSnapshot(namespace="default", name="wf", generation=1, spec=spec)
+    saga = happy_saga()[:4]
+    saga[2] = event(EventType.CANARY_INSTALLED, CanaryInstalled(run=run, canary=canary()))
+    return saga
+
+
+@pytest.mark.parametrize(
+    ("plan", "phase"),
+    [
+        (Canary(manual_gate=True), Phase.PAUSED),
+        (Canary(manual_gate=True, steps=(10, 50)), Phase.PROMOTING),
+        (Canary(), Phase.PROMOTING),
+    ],
+    ids=["gate-without-steps", "gate-after-the-steps", "no-gate"],
+)
+def test_a_passed_smoke_test_waits_at_the_gate_only_when_no_steps_come_first(
+    plan: Canary, phase: Phase
+) -> None:
+    projection = fold(installed_with(plan))
+    assert projection.status.phase is phase
+    if phase is Phase.PAUSED:
+        assert projection.status.message == "waiting at the manual gate: plnt promote wf"
+
+
+def test_a_smoke_verdict_keeps_every_figure() -> None:
+    figures = SmokeFigures(
+        passed=True, invocations=5, p50_ms=120, p95_ms=480, error_percent=20, reason="fine"
+    )
+    smoked_once = event(EventType.SMOKE_PASSED, SmokeVerdict(canary=canary(), figures=figures))
+    smoke = apply_event(fold(happy_saga()[:3]), smoked_once).status.smoke
+    assert smoke.model_dump() == {
+        "invocations": 5,
+        "p50_ms": 120,
+        "p95_ms": 480,
+        "error_percent": 20,
+        "passed": True,
+        "reason": "fine",
+        "golden": (),
+    }
+
+
+def test_an_event_that_changes_nothing_hands_back_the_projection_it_was_given() -> None:
+    projection = fold(happy_saga(generation=2))
+    older = happy_saga(generation=1)[1]
+    again = happy_saga(generation=2)[-1]  # the terminal event once more
+    assert apply_event(projection, older) is projection
+    assert apply_event(projection, again) is projection

@@ -75,7 +75,9 @@ class FoldWorkers:
             shares[hash(_run_of(subject)) % len(workers)].append(payload)
         for index, share in enumerate(shares):
             if share:
-                workers[index].sender.submit(_send, workers[index].pipe, share)
+                # a send to a dead worker fails in its future, unread: ``_finish`` reports
+                # how the worker ended
+                workers[index].sender.submit(workers[index].pipe.send, share)
 
     async def projections(self) -> dict[str, bytes]:
         """Every worker's projections, serialised, once each has folded all it was dealt.
@@ -112,7 +114,8 @@ class FoldWorkers:
                 worker.process.kill()
             worker.process.join()
         for worker in self._workers:
-            worker.sender.shutdown(cancel_futures=True)  # a send to a dead worker fails fast
+            # not mutated: sends left queued for a dead worker would fail at once anyway
+            worker.sender.shutdown(cancel_futures=True)  # pragma: no mutate
             worker.pipe.close()
 
 
@@ -133,12 +136,7 @@ def _start(index: int) -> tuple[BaseProcess, Connection]:
 def _run_of(subject: str) -> str:
     """``<namespace>.<name>`` of ``plnt.evt.<type>.<namespace>.<name>`` (the type has dots,
     the names none)."""
-    return subject[subject.rfind(".", 0, subject.rfind(".")) + 1 :]
-
-
-def _send(pipe: Connection, share: list[bytes]) -> None:
-    with contextlib.suppress(OSError):  # the worker is gone: ``_finish`` says how it ended
-        pipe.send(share)
+    return ".".join(subject.rsplit(".", 2)[1:])
 
 
 def _finish(pipe: Connection) -> tuple[str, Any] | None:
