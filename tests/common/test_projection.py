@@ -676,3 +676,24 @@ def test_an_event_that_changes_nothing_hands_back_the_projection_it_was_given() 
     again = happy_saga(generation=2)[-1]  # the terminal event once more
     assert apply_event(projection, older) is projection
     assert apply_event(projection, again) is projection
+
+
+def test_the_phase_since_moves_with_the_phase_and_the_status_names_the_saga() -> None:
+    saga = happy_saga()
+    projection = fold(saga[:3])
+    assert projection.phase_since == saga[2].time  # Smoking since the canary was installed
+    assert projection.status.saga_id == "default.wf.1.1"
+    assert projection.status.observed_generation == 1
+
+
+def test_a_late_step_of_the_same_kind_never_overwrites_what_a_newer_one_set() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    newer, older = (
+        event(
+            EventType.CANARY_STEPPED,
+            CanaryStepped(canary=canary(), plan=STEPPED_PLAN, step=1, traffic_percent=10, hold_s=h),
+        ).model_copy(update={"time": at + timedelta(seconds=s)})
+        for h, s in ((45.0, 2), (30.0, 1))
+    )
+    projection = fold([newer, older], smoked())
+    assert projection.step_hold_s == 45.0
