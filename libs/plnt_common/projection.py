@@ -249,7 +249,7 @@ class _Draft:
             if stamps.get(field, _NO_STAMP) <= stamp:
                 stamps[field] = stamp
                 updates[field] = value
-        if rank > self.rank:
+        if rank > self.rank:  # pragma: no mutate  (`>=` sets the same rank again)
             self.rank = rank
         status_updates["saga_id"] = sagaid
         status_updates["observed_generation"] = event.generation

@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 
 import pytest
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
-from test_projection import fold_one_by_one, random_history
+from test_projection import fold_one_by_one, happy_saga, random_history
 
 from plnt_common import subjects
 from plnt_common.bus import replay as replay_module
@@ -157,6 +157,12 @@ async def test_a_worker_gets_every_share_before_the_end_of_the_stream_however_sl
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events = await store_histories(bus, seed=10, histories=10)
+    last = happy_saga()[0]  # a run opened by the stream's last message, in the last share
+    await bus.js.publish(
+        subjects.event_subject(last.event_type, last.namespace, last.name),
+        last.model_dump_json().encode(),
+    )
+    events.append(last)
     real_send = Connection.send
     shares_to: Counter[int] = Counter()
 

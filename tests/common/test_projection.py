@@ -30,6 +30,7 @@ from plnt_common.events import (
     new_event,
     saga_id,
 )
+from plnt_common.golden import GoldenResult
 from plnt_common.projection import (
     OPENING_EVENTS,
     STEP_RANK,
@@ -647,15 +648,24 @@ def installed_with(plan: Canary) -> list[Envelope]:
 def test_a_passed_smoke_test_waits_at_the_gate_only_when_no_steps_come_first(
     plan: Canary, phase: Phase
 ) -> None:
-    projection = fold(installed_with(plan))
-    assert projection.status.phase is phase
-    if phase is Phase.PAUSED:
-        assert projection.status.message == "waiting at the manual gate: plnt promote wf"
+    saga = installed_with(plan)
+    for events in (saga, [*saga[:2], saga[3], saga[2]]):  # the smoke verdict first too
+        projection = fold(events)
+        assert projection.status.phase is phase
+        if phase is Phase.PAUSED:
+            assert projection.status.message == "waiting at the manual gate: plnt promote wf"
 
 
 def test_a_smoke_verdict_keeps_every_figure() -> None:
+    golden = (GoldenResult(name="polite", passed=True, reason="contains 'thank'"),)
     figures = SmokeFigures(
-        passed=True, invocations=5, p50_ms=120, p95_ms=480, error_percent=20, reason="fine"
+        passed=True,
+        invocations=5,
+        p50_ms=120,
+        p95_ms=480,
+        error_percent=20,
+        reason="fine",
+        golden=golden,
     )
     smoked_once = event(EventType.SMOKE_PASSED, SmokeVerdict(canary=canary(), figures=figures))
     smoke = apply_event(fold(happy_saga()[:3]), smoked_once).status.smoke
@@ -666,7 +676,7 @@ def test_a_smoke_verdict_keeps_every_figure() -> None:
         "error_percent": 20,
         "passed": True,
         "reason": "fine",
-        "golden": (),
+        "golden": tuple(g.model_dump() for g in golden),
     }
 
 

@@ -27,14 +27,15 @@ MUTATED = (
     "plnt_common/bus/kv_snapshot.py",
     "plnt_common/bus/kv_batch.py",
     "plnt_common/bus/replay.py",
+    "plnt_common/bus/replay_workers.py",
     "plnt_common/saga.py",
     "plnt_common/projection.py",
     "plnt_promoter/logic.py",
     "plnt_installer/logic.py",
     "plnt_router/logic.py",
 )
-"""The bus, the consumer and its pull feed, the bucket listing and batch writes, replay,
-saga classification, the projection fold, the promoter's and installer's decisions, the
+"""The bus, the consumer and its pull feed, the bucket listing and batch writes, replay
+and its fold workers, saga classification, the projection fold, the promoter's and installer's decisions, the
 router's choice of target."""
 
 TESTS = (
