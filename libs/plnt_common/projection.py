@@ -287,7 +287,7 @@ class _Draft:
 
     def _start_saga(self, event: Envelope) -> None:
         self.saga_id = event.sagaid
-        self.rank = 0
+        self.rank = 0  # pragma: no mutate  (every event ranks 1 or more)
         self.stamps = {}
         self.conditions = ()
         self.condition_updates.clear()

@@ -41,7 +41,14 @@ from plnt_common.projection import (
     run_key,
     saga_order,
 )
-from plnt_common.resources import AnalysisStatus, Canary, PlntBackendSpec, WorkflowRunSpec
+from plnt_common.resources import (
+    AnalysisStatus,
+    Canary,
+    CanaryStatus,
+    PlntBackendSpec,
+    SmokeStatus,
+    WorkflowRunSpec,
+)
 from plnt_common.status import Phase, Reason
 
 SPEC = WorkflowRunSpec.model_validate(
@@ -707,3 +714,31 @@ def test_a_late_step_of_the_same_kind_never_overwrites_what_a_newer_one_set() ->
     )
     projection = fold([newer, older], smoked())
     assert projection.step_hold_s == 45.0
+
+
+def test_a_new_saga_starts_with_no_canary_smoke_or_analysis_and_no_gate() -> None:
+    gated = installed_with(Canary(manual_gate=True))  # the first saga waits at the gate
+    first = fold([*gated, verdict(EventType.ANALYSIS_FAILED, 1)])
+    assert first.gate_after_smoke
+    second = happy_saga(generation=2)
+    # the new saga's smoke verdict folded before its install: no gate carried over
+    projection = fold([*second[:2], second[3]], first)
+    assert projection.status.phase is Phase.PROMOTING
+    assert projection.gate_after_smoke is False
+    assert projection.status.analysis == AnalysisStatus()
+    projection = fold(second[:2], first)
+    assert projection.status.canary == CanaryStatus()
+    assert projection.status.smoke == SmokeStatus()
+
+
+def test_replays_fold_waits_at_the_gate_as_the_live_fold_does() -> None:
+    saga = installed_with(Canary(manual_gate=True))
+    for events in (saga, [*saga[:2], saga[3], saga[2]]):
+        batched = ProjectionFold()
+        for item in events:
+            batched.add(item)
+        projection = batched.projections()["default.wf"]
+        assert (projection.status.phase, projection.status.message) == (
+            Phase.PAUSED,
+            "waiting at the manual gate: plnt promote wf",
+        )
