@@ -742,3 +742,13 @@ def test_replays_fold_waits_at_the_gate_as_the_live_fold_does() -> None:
             Phase.PAUSED,
             "waiting at the manual gate: plnt promote wf",
         )
+
+
+def test_a_requested_run_is_pulling_not_ready_yet_and_knows_when_it_was_asked_for() -> None:
+    requested = happy_saga(generation=3)[0]
+    projection = apply_event(empty_projection("default", "wf"), requested)
+    assert projection.requested_at == requested.time
+    assert projection.status.message == "pulling spec"
+    assert conditions_of(projection)["Ready"] == ("False", "Progressing", "rolling out")
+    ready = next(c for c in projection.status.conditions if c.type.value == "Ready")
+    assert ready.observed_generation == 3
