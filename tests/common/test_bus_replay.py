@@ -5,6 +5,7 @@ import gc
 import multiprocessing
 import os
 import random
+import signal
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -281,3 +282,26 @@ def test_a_message_is_dealt_by_its_runs_namespace_and_name_whatever_its_type() -
     assert replay_workers._run_of(
         subjects.event_subject(EventType.ANALYSIS_PASSED, "team-a", "review-responder")
     ) == replay_workers._run_of(subject)
+
+
+async def test_a_worker_whose_parent_vanished_exits_quietly(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    workers = replay_workers.FoldWorkers(1)
+    (worker,) = workers._workers
+    worker.pipe.close()  # as when the parent is killed: the worker reads the end of its pipe
+    worker.process.join(10)
+    assert worker.process.exitcode == 0
+    assert "Traceback" not in capfd.readouterr().err
+    workers.close()
+
+
+async def test_ctrl_c_ends_a_worker_at_once() -> None:
+    workers = replay_workers.FoldWorkers(1)
+    (worker,) = workers._workers
+    try:
+        os.kill(worker.process.pid or 0, signal.SIGINT)  # at once: before it could set itself up
+        worker.process.join(10)
+        assert worker.process.exitcode == -signal.SIGINT  # the default action, not a handler
+    finally:
+        workers.close()

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -63,7 +64,9 @@ class FoldWorkers:
     """Forked processes folding the events they are dealt; ``close`` always ends them."""
 
     def __init__(self, count: int) -> None:
-        started = [_start(index) for index in range(count)]
+        started: list[tuple[BaseProcess, Connection]] = []
+        for index in range(count):
+            started.append(_start(index, [pipe for _, pipe in started]))
         # the threads start after every fork: a child never inherits a half-held lock
         self._workers = [_Worker(process, pipe, ThreadPoolExecutor(1)) for process, pipe in started]
 
@@ -119,18 +122,36 @@ class FoldWorkers:
             worker.pipe.close()
 
 
-def _start(index: int) -> tuple[BaseProcess, Connection]:
+def _start(index: int, parent_ends: list[Connection]) -> tuple[BaseProcess, Connection]:
     parent_end, child_end = _CONTEXT.Pipe()
+    # A forked worker inherits the parent's end of its own pipe and of those made before:
+    # it closes them, so that it reads the end of its pipe once the parent is gone.
+    inherited = (*parent_ends, parent_end) if START_METHOD == "fork" else ()
     process = _CONTEXT.Process(
         target=_fold_share,
-        args=(child_end,),
+        args=(child_end, inherited),
         name=f"plnt-replay-{index}",
         # ended with the parent's interpreter should the parent never reach ``close``
         daemon=True,  # pragma: no mutate
     )
-    process.start()
+    # Ctrl-C held back over the fork: one arriving before the worker set its own
+    # handling waits for it instead of reaching the parent's handler in the worker
+    with _interrupts_held():
+        process.start()
     child_end.close()
     return process, parent_end
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: spawned workers, no mask
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _run_of(subject: str) -> str:
@@ -151,12 +172,16 @@ def _finish(pipe: Connection) -> tuple[str, Any] | None:
     return result
 
 
-def _fold_share(pipe: Connection) -> None:
+def _fold_share(pipe: Connection, inherited: tuple[Connection, ...]) -> None:
     """A worker: fold every share until the end marker, then send the projections."""
     # Ctrl-C ends the worker at once (the parent cleans up); the parent's signal wake-up
     # pipe is not the worker's to write to.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    for end in inherited:
+        end.close()
     result: tuple[str, Any]
     try:
         result = ("ok", _fold_until_the_end(pipe))
