@@ -752,3 +752,11 @@ def test_a_requested_run_is_pulling_not_ready_yet_and_knows_when_it_was_asked_fo
     assert conditions_of(projection)["Ready"] == ("False", "Progressing", "rolling out")
     ready = next(c for c in projection.status.conditions if c.type.value == "Ready")
     assert ready.observed_generation == 3
+
+
+def test_a_new_saga_opened_by_an_event_that_says_nothing_drops_the_old_message() -> None:
+    first = fold(happy_saga())
+    assert first.status.message == "serving 1.0.0-g1"
+    promote = event(EventType.PROMOTE_REQUESTED, OperatorRequest(by="plnt"), generation=2)
+    projection = apply_event(first, promote)
+    assert (projection.saga_id, projection.status.message) == ("default.wf.2.1", "")
