@@ -25,7 +25,7 @@ from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.bus.replay import collector_paused, replay
 from plnt_common.errors import BusUnavailable, PlntError
 from plnt_common.events import Envelope, EventType
-from plnt_common.projection import ProjectionFold
+from plnt_common.projection import ProjectionFold, RunProjection
 
 
 async def store_histories(bus: Bus, *, seed: int, histories: int, first: int = 0) -> list[Envelope]:
@@ -54,6 +54,16 @@ async def bucket(bus: Bus, keys: set[str]) -> dict[str, tuple[bytes, int]]:
             continue
         found[key] = (entry.value or b"", entry.revision or 0)
     return found
+
+
+async def values_of(bus: Bus, keys: set[str]) -> dict[str, bytes]:
+    """The value of each of ``keys`` that holds one."""
+    return {key: value for key, (value, _) in (await bucket(bus, keys)).items()}
+
+
+def serialised(projections: dict[str, RunProjection]) -> dict[str, bytes]:
+    """The projections as replay writes them."""
+    return {key: projection.model_dump_json().encode() for key, projection in projections.items()}
 
 
 def stored_as(events: list[Envelope]) -> list[tuple[str, bytes]]:
@@ -106,10 +116,7 @@ async def test_replay_leaves_the_bucket_holding_the_one_by_one_fold_of_the_strea
 
     assert (stats.events, stats.runs) == (len(events) + 1, len(expected))
     assert 0 < stats.seconds <= took  # what `plnt replay` prints as its time
-    stored = await bucket(bus, {*expected, wrong_key, stale_key})
-    assert {key: value for key, (value, _) in stored.items()} == {
-        key: projection.model_dump_json().encode() for key, projection in expected.items()
-    }
+    assert await values_of(bus, {*expected, wrong_key, stale_key}) == serialised(expected)
 
 
 async def test_replay_folds_every_batch_and_the_events_after_a_poison_message(
@@ -125,10 +132,7 @@ async def test_replay_folds_every_batch_and_the_events_after_a_poison_message(
 
     expected, _ = fold_one_by_one([*before, *after])
     assert (stats.events, stats.runs) == (len(before) + 1 + len(after), len(expected))
-    stored = await bucket(bus, set(expected))
-    assert {key: value for key, (value, _) in stored.items()} == {
-        key: projection.model_dump_json().encode() for key, projection in expected.items()
-    }
+    assert await values_of(bus, set(expected)) == serialised(expected)
 
 
 async def test_replay_does_not_rewrite_keys_that_already_hold_the_result(bus: Bus) -> None:
@@ -181,10 +185,7 @@ async def test_a_worker_gets_every_share_before_the_end_of_the_stream_however_sl
     assert len(shares_to) == 2  # the runs were dealt to both workers
 
     expected, _ = fold_one_by_one(events)
-    stored = await bucket(bus, set(expected))
-    assert {key: value for key, (value, _) in stored.items()} == {
-        key: projection.model_dump_json().encode() for key, projection in expected.items()
-    }
+    assert await values_of(bus, set(expected)) == serialised(expected)
 
 
 async def test_a_worker_that_dies_fails_the_replay_naming_it_and_leaves_the_bucket(
