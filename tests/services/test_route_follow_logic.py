@@ -203,3 +203,19 @@ def test_calls_see_only_serving_targets() -> None:
 
     serving = entry(target(), canary, weight=10)
     assert serving.serving_only() is serving
+
+
+def test_a_runner_up_again_clears_the_reason_and_message_it_was_down_for() -> None:
+    down = target(serving=False, reason="RunnerStarting", message="exited with signal 9")
+    up = followed(entry(down), {"shop-g1": seen(ReleasePhase.READY)}, now=NOW)
+    assert up.stable is not None
+    assert (up.stable.serving, up.stable.reason, up.stable.message) == (True, "", "")
+
+
+def test_a_canary_without_its_release_is_found_by_the_runs_name_and_dated_when_it_serves() -> None:
+    canary = target("1.1.0-g2", serving=False)  # no release: shop-g2, from the run's name
+    route = entry(target(), canary, weight=10)
+    observed = {"shop-g2": seen(ReleasePhase.READY, revision="1.1.0-g2", release="shop-g2")}
+    result = followed(route, observed, now=NOW)
+    assert result.canary is not None
+    assert (result.canary.url, result.canary.serving, result.canary.since) == (NEW, True, NOW)
