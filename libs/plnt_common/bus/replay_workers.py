@@ -126,7 +126,8 @@ def _start(index: int, parent_ends: list[Connection]) -> tuple[BaseProcess, Conn
     parent_end, child_end = _CONTEXT.Pipe()
     # A forked worker inherits the parent's end of its own pipe and of those made before:
     # it closes them, so that it reads the end of its pipe once the parent is gone.
-    inherited = (*parent_ends, parent_end) if START_METHOD == "fork" else ()
+    # (a spawned worker inherits no descriptor: passing them would only copy them there)
+    inherited = (*parent_ends, parent_end) if START_METHOD == "fork" else ()  # pragma: no mutate
     process = _CONTEXT.Process(
         target=_fold_share,
         args=(child_end, inherited),
