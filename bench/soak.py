@@ -40,7 +40,7 @@ from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
 from plnt_testkit.cluster import wait_until_replicated
-from plnt_testkit.projections import stored_projections
+from plnt_testkit.projections import projection_change, stored_projections, watcher_caught_up
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FINAL_PHASES = {"Ready", "RolledBack", "Failed"}
@@ -76,7 +76,7 @@ class SoakReport:
     wrong_final_state: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     replay_mismatches: list[str] | None = None
-    """Runs whose projection a replay of the stream changed (None: not compared yet)."""
+    """What a replay of the stream changed, run by run (None: not compared yet)."""
     seconds: float = 0.0
 
     @property
@@ -386,12 +386,15 @@ class Soak:
         self.report.wrong_final_state.extend(f"saga {s} has no terminal event" for s in lost)
         self.report.double_terminals = len([s for s in sagas if terminals[s] > 1])
         await self._find_orphans(bus, set(alive))
+        await watcher_caught_up(bus.js)  # else a projection may just lag the stream
         before = await stored_projections(bus.nc)
         await replay(bus)
         after = await stored_projections(bus.nc)
-        self.report.replay_mismatches = sorted(
-            key for key in before.keys() | after.keys() if before.get(key) != after.get(key)
-        )
+        self.report.replay_mismatches = [
+            projection_change(key, before.get(key), after.get(key))
+            for key in sorted(before.keys() | after.keys())
+            if before.get(key) != after.get(key)
+        ]
 
     async def _find_orphans(self, bus: Bus, alive: set[str]) -> None:
         for key in await keys(bus, subjects.ROUTES_BUCKET):

@@ -14,9 +14,8 @@ from plnt_common.bus.history import read_events
 from plnt_common.bus.replay import replay
 from plnt_common.events import EventType
 from plnt_common.nats_server import NatsCluster
-from plnt_common.projection import RunProjection
 from plnt_testkit.cluster import restart_node
-from plnt_testkit.projections import stored_projections
+from plnt_testkit.projections import projection_change, stored_projections, watcher_caught_up
 
 BURST = int(os.environ.get("PLNT_CLUSTER_BURST", "15"))
 """Runs per burst in the default suite; 50 under ``-m slow`` (test_cluster_leader_kill)."""
@@ -127,6 +126,7 @@ async def broken_promises(bus: Bus, names: list[str]) -> list[str]:
         terminals = sum(n for kind, n in kinds.items() if kind.is_terminal)
         if terminals != 1:
             problems.append(f"{sagaid}: {terminals} terminal events")
+    await watcher_caught_up(bus.js)  # else a projection may just lag the stream
     before = await stored_projections(bus.nc)
     await replay(bus)
     after = await stored_projections(bus.nc)
@@ -135,13 +135,3 @@ async def broken_promises(bus: Bus, names: list[str]) -> list[str]:
         problems.append(f"a replay changed the projection of {changed}")
         problems += [projection_change(key, before.get(key), after.get(key)) for key in changed]
     return problems
-
-
-def projection_change(key: str, live: RunProjection | None, replayed: RunProjection | None) -> str:
-    """What a replay changed in ``key``'s projection, field by field."""
-    old = live.model_dump(mode="json") if live else {}
-    new = replayed.model_dump(mode="json") if replayed else {}
-    fields = {
-        f: (old.get(f), new.get(f)) for f in old.keys() | new.keys() if old.get(f) != new.get(f)
-    }
-    return f"{key}: live → replayed {fields}"
