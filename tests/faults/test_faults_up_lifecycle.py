@@ -101,6 +101,35 @@ def test_a_signal_during_start_up_stops_everything_and_leaves_no_pointer(
         assert "Traceback" not in output, output
 
 
+SIGNAL_STORM = """
+import os, signal, sys, threading, time
+from plnt_cli.up import StopFlag
+flag = StopFlag()
+signal.signal(signal.SIGUSR1, lambda signum, frame: flag.set())
+done = threading.Event()
+def pelt():
+    while not done.is_set():
+        os.kill(os.getpid(), signal.SIGUSR1)
+threading.Thread(target=pelt, daemon=True).start()
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    flag.set()
+    flag.wait(0)
+done.set()
+print("still running")
+"""
+
+
+def test_the_stop_flag_survives_signals_landing_inside_its_own_handler() -> None:
+    # plnt up's signal handler sets the flag its main thread waits on; with a lock inside
+    # (a threading.Event), a signal landing while the handler of the last one holds it
+    # wedged plnt up for good (seen: plnt up deaf to every later SIGTERM)
+    storm = subprocess.run(
+        [sys.executable, "-c", SIGNAL_STORM], capture_output=True, text=True, timeout=30
+    )
+    assert (storm.returncode, storm.stdout.strip()) == (0, "still running"), storm.stderr[-800:]
+
+
 def test_a_service_waiting_for_an_unreachable_nats_exits_soon_after_sigterm() -> None:
     env = dict(os.environ, PLNT_NATS_URL=f"nats://127.0.0.1:{free_port()}")
     watcher = subprocess.Popen(

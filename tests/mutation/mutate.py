@@ -35,8 +35,8 @@ MUTATED = (
     "plnt_router/logic.py",
 )
 """The bus, the consumer and its pull feed, the bucket listing and batch writes, replay
-and its fold workers, saga classification, the projection fold, the promoter's and installer's decisions, the
-router's choice of target."""
+and its fold workers, saga classification, the projection fold, the promoter's and
+installer's decisions, the router's choice of target."""
 
 TESTS = (
     "tests/common/test_bus_*.py",

@@ -4,7 +4,6 @@ import asyncio
 import os
 import signal
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,8 +71,32 @@ def peer_ports(count: int, *, taken: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(port for port in candidates if port not in taken)[:count]
 
 
+class StopFlag:
+    """Set by a signal handler, read by the main thread: a plain flag.
+
+    Not a ``threading.Event``: its ``set`` takes a lock, and a second signal landing while
+    the handler of the first holds it (two Ctrl-C, a service manager's SIGTERM beside
+    one) re-enters the handler on the same thread, which then waits for itself forever.
+    """
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep ``timeout_s`` unless already set; whether it is set now."""
+        if not self._set:
+            time.sleep(timeout_s)
+        return self._set
+
+
 async def wait_until_ready(
-    config: StackConfig, *, timeout_s: float = 60.0, stop: threading.Event | None = None
+    config: StackConfig, *, timeout_s: float = 60.0, stop: StopFlag | None = None
 ) -> bool:
     """Ready once every saga service has bound its consumer and the router loaded its routes.
 
@@ -158,7 +181,7 @@ def run_up(config: StackConfig, *, say: Callable[[str], None]) -> int:
     A signal at any moment, start-up included, stops whatever was started: the handler
     only sets ``stopping``, and every step below either checks it or is short."""
     stack = Stack(config, say=say)
-    stopping = threading.Event()
+    stopping = StopFlag()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stopping.set()
