@@ -19,6 +19,9 @@ from plnt_common.bus.bus import Bus
 from plnt_common.events import EventType
 
 RUNS = 50
+# the burst's own wait for Ready is 240 s: the suite's 120 s would end the whole run first
+# (pytest-timeout's thread method) on a slow machine
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
