@@ -20,13 +20,14 @@ from plnt_common.events import (
     Envelope,
     EventType,
     RunDeleted,
+    RunFailed,
     RunReady,
     SpecPulled,
     new_event,
 )
 from plnt_common.events import InstallFailed as InstallFailedEvent
 from plnt_common.releases import DesiredRelease, ObservedRelease, ReleasePhase, ReleaseRole
-from plnt_common.status import Reason
+from plnt_common.status import Phase, Reason
 from plnt_installer.handlers import InstallerHandlers
 
 
@@ -170,6 +171,41 @@ async def test_a_saga_superseded_while_its_canary_started_removes_it_and_rolls_b
     [(kind, data)] = await _published(bus)
     assert kind is EventType.RUN_ROLLED_BACK
     assert data["reason"] == Reason.SUPERSEDED.value
+
+
+async def test_a_redelivered_install_of_a_saga_promoted_meanwhile_leaves_its_release(
+    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
+) -> None:
+    # spec.pulled comes back after a restart of the bus lost its ack; while the install
+    # waits, the promoter ends the saga Ready: that release serves now
+    pulled = spec_pulled()
+    ready = RunReady(revision=desired(pulled).revision, endpoint="http://router/x/invoke")
+    kube.while_waiting = lambda: bus.publish_terminal(
+        _event(EventType.RUN_READY, ready, generation=1)
+    )
+
+    await _handle(handlers, _event(EventType.SPEC_PULLED, pulled, generation=1))
+
+    assert kube.calls == ["install review-responder-g1 canary"]
+    assert kube.held == {"review-responder-g1": desired(pulled)}
+    assert [kind for kind, _ in await _published(bus)] == [EventType.RUN_READY]
+
+
+async def test_an_install_of_a_saga_that_failed_meanwhile_is_removed_again(
+    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
+) -> None:
+    # the saga timed out while it installed, and its compensation ran before the canary
+    # landed: nothing else would remove it
+    failed = RunFailed(reason=Reason.STEP_TIMED_OUT, message="late", phase=Phase.INSTALLING)
+    kube.while_waiting = lambda: bus.publish_terminal(
+        _event(EventType.RUN_FAILED, failed, generation=1)
+    )
+
+    await _handle(handlers, _event(EventType.SPEC_PULLED, spec_pulled(), generation=1))
+
+    assert kube.calls == ["install review-responder-g1 canary", "uninstall review-responder-g1"]
+    assert kube.held == {}
+    assert [kind for kind, _ in await _published(bus)] == [EventType.RUN_FAILED]
 
 
 async def test_an_install_the_backend_refuses_publishes_install_failed_at_once(

@@ -201,10 +201,17 @@ class InstallerHandlers:
         self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
     ) -> bool:
         """Whether the saga is still current now the canary serves; if not it is removed
-        (superseded or timed out while we installed) and a superseded saga ended."""
+        (superseded, or failed while we installed) and a superseded saga ended.
+
+        A saga promoted meanwhile keeps it: this was a redelivered install (its first
+        delivery's ack was lost) of the release that serves now.
+        """
         state = await observe_saga(self._bus, event)
         if state is SagaState.CURRENT:
             return True
+        if state is SagaState.ENDED and await self._promoted(event.sagaid):
+            log.info("canary.kept", reason="the saga was promoted meanwhile")
+            return False
         await backend.uninstall(
             namespace=desired.namespace,
             release=desired.release,
@@ -267,6 +274,10 @@ class InstallerHandlers:
         else:
             failed = RunFailed(reason=reason, message=message, phase=Phase.ROLLING_BACK)
             await self._end(event, EventType.RUN_FAILED, failed)
+
+    async def _promoted(self, sagaid: str) -> bool:
+        claim = await self._bus.terminal_claim(sagaid)
+        return claim is not None and claim.event_type == EventType.RUN_READY.value
 
     async def _end(self, event: Envelope, kind: EventType, data: RunFailed | RunRolledBack) -> None:
         await self._bus.publish_terminal(follow_up(event, kind, data, source=SERVICE))
