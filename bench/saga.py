@@ -41,13 +41,13 @@ from plnt_common.events import decode_event
 from plnt_common.nats_server import (
     LOCAL_SYNC_INTERVAL,
     NatsCluster,
-    NatsServer,
     free_port,
     free_ports,
     wait_for_port,
 )
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
+from plnt_testkit.monitored_nats import MonitoredNatsServer, Traffic, traffic_between
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ENDED = re.compile(rb'"phase":"(Ready|Failed|RolledBack)"')
@@ -70,13 +70,16 @@ class SagaStack:
         return self.nats.url
 
     def start(self) -> None:
-        self.nats: NatsServer | NatsCluster
+        self.nats: MonitoredNatsServer | NatsCluster
         if self.nats_nodes == 1:
-            self.nats = NatsServer(
+            port, monitor_port = free_ports(2)
+            self.nats = MonitoredNatsServer(
                 store_dir=self.data_dir / "nats",
-                port=free_port(),
+                port=port,
                 sync_interval=self.sync_interval,
-            ).start()
+                monitor_port=monitor_port,
+            )
+            self.nats.start()
         else:
             self.nats = NatsCluster.local(
                 self.data_dir / "nats",
@@ -373,7 +376,11 @@ def deploy_rows(
     warm_up = [f"{tag}warm-{i}" for i in range(WARM_UP_DEPLOYS)]
     asyncio.run(sequential(stack.url, run_documents(registry, warm_up)))
     names = [f"{tag}seq-{i}" for i in range(sequential_runs)]
+    monitored = stack.nats if isinstance(stack.nats, MonitoredNatsServer) else None
+    before = monitored.traffic() if monitored else {}
     overheads = asyncio.run(sequential(stack.url, run_documents(registry, names)))
+    # the harness's connection is closed by now: only the stack's own messages are counted
+    traffic = traffic_between(before, monitored.traffic()) if monitored else {}
     overhead = percentile(overheads, 0.5)
     round_trips = overhead / ping
     probe = f"NATS round trip (PING) p50 {ping * 1e6:.0f} µs"
@@ -396,6 +403,8 @@ def deploy_rows(
             round_trips <= MAX_ROUND_TRIPS,
         ),
     ]
+    if traffic:
+        rows.append(traffic_row(traffic, sequential_runs))
     costs = []
     for size in bursts:
         results = []  # (wall time, apply → Ready per run) per round
@@ -432,6 +441,25 @@ def deploy_rows(
         )
     )
     return rows
+
+
+def traffic_row(traffic: dict[str, Traffic], deploys: int) -> Row:
+    """NATS messages per deploy between the server and the stack, in all and per service."""
+    sent = sum(t.sent for t in traffic.values()) / deploys
+    received = sum(t.received for t in traffic.values()) / deploys
+    services = ", ".join(
+        f"{name.removeprefix('plnt-')} {t.sent / deploys:.0f}/{t.received / deploys:.0f}"
+        for name, t in sorted(traffic.items(), key=lambda item: -item[1].sent)
+        if t.sent or t.received
+    )
+    return Row(
+        "NATS messages per deploy in the one-at-a-time deploys (the server's `/connz`), "
+        "sent by the services / sent to them",
+        f"{sent:.0f} / {received:.0f} ({services})",
+        "",
+        "",
+        Verdict.INFO,
+    )
 
 
 def replay_rows(url: str) -> list[Row]:

@@ -1,10 +1,6 @@
 """Opening the bus on a real nats-server: its name, waiting for the server, reconnects, replicas."""
 
 import asyncio
-import json
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,31 +8,7 @@ import pytest
 from plnt_common.bus.bus import Bus
 from plnt_common.errors import BusUnavailable
 from plnt_common.nats_server import NatsServer, free_ports
-
-
-@dataclass
-class MonitoredNatsServer(NatsServer):
-    """A nats-server that also serves its monitoring endpoints (``/connz``)."""
-
-    monitor_port: int = 0
-
-    def argv(self) -> list[str]:
-        return [*super().argv(), "-m", str(self.monitor_port)]
-
-    def connection_names(self) -> list[str]:
-        url = f"http://127.0.0.1:{self.monitor_port}/connz"
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            connz = json.load(answer)
-        return [connection.get("name", "") for connection in connz["connections"]]
-
-
-@pytest.fixture
-def monitored_server(tmp_path: Path) -> Iterator[MonitoredNatsServer]:
-    port, monitor_port = free_ports(2)
-    server = MonitoredNatsServer(store_dir=tmp_path / "nats", port=port, monitor_port=monitor_port)
-    server.start()
-    yield server
-    server.stop(kill=True)
+from plnt_testkit.monitored_nats import MonitoredNatsServer
 
 
 async def test_the_server_shows_the_bus_under_its_service_name(
