@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import yaml
 from aiohttp import web
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
 from plnt_cli.commands import Session, replay
@@ -121,7 +122,12 @@ class Client:
         deadline = time.monotonic() + timeout_s
         last: dict[str, Any] | None = None
         while time.monotonic() < deadline:
-            stored = await self.store.get("WorkflowRun", "default", name)
+            try:
+                stored = await self.store.get("WorkflowRun", "default", name)
+            except NatsTimeoutError:
+                # a read unanswered within the client's 5 s on a loaded machine is a poll
+                # missed, not the run's answer: the wait's own deadline decides
+                continue
             last = stored.body if stored else None
             if check(last):
                 return last
