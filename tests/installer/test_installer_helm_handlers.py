@@ -186,8 +186,32 @@ async def test_a_redelivered_install_of_a_saga_promoted_meanwhile_leaves_its_rel
 
     await _handle(handlers, _event(EventType.SPEC_PULLED, pulled, generation=1))
 
+    # stable again: another replica's run.ready may have made it so before this install
+    assert kube.calls == [
+        "install review-responder-g1 canary",
+        "install review-responder-g1 stable",
+    ]
+    assert kube.held == {"review-responder-g1": promoted(desired(pulled))}
+    assert [kind for kind, _ in await _published(bus)] == [EventType.RUN_READY]
+
+
+async def test_a_redelivered_install_of_a_promoted_saga_superseded_since_is_left_to_retire(
+    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
+) -> None:
+    # promoted, then a newer saga started: the release may still serve until that one is
+    # promoted (which retires it), so it is neither removed nor made stable here
+    pulled = spec_pulled()
+    ready = RunReady(revision=desired(pulled).revision, endpoint="http://router/x/invoke")
+
+    async def promoted_then_superseded() -> None:
+        await bus.publish_terminal(_event(EventType.RUN_READY, ready, generation=1))
+        await advance_latest_saga(bus, RUN_NS, RUN, f"{RUN_NS}.{RUN}.2.1")
+
+    kube.while_waiting = promoted_then_superseded
+
+    await _handle(handlers, _event(EventType.SPEC_PULLED, pulled, generation=1))
+
     assert kube.calls == ["install review-responder-g1 canary"]
-    assert kube.held == {"review-responder-g1": desired(pulled)}
     assert [kind for kind, _ in await _published(bus)] == [EventType.RUN_READY]
 
 

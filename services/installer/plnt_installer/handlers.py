@@ -204,12 +204,17 @@ class InstallerHandlers:
         (superseded, or failed while we installed) and a superseded saga ended.
 
         A saga promoted meanwhile keeps it: this was a redelivered install (its first
-        delivery's ack was lost) of the release that serves now.
+        delivery's ack was lost) of the release that serves, or served until a newer
+        saga (whose promotion retires it). While it is the run's latest saga it is made
+        stable again: another replica's run.ready may have done so before this install.
         """
         state = await observe_saga(self._bus, event)
         if state is SagaState.CURRENT:
             return True
         if state is SagaState.ENDED and await self._promoted(event.sagaid):
+            latest, _ = await latest_saga(self._bus, event.namespace, event.name)
+            if latest in ("", event.sagaid):  # "": none recorded, as ``classify`` reads it
+                await backend.install(desired.model_copy(update={"role": ReleaseRole.STABLE}))
             log.info("canary.kept", reason="the saga was promoted meanwhile")
             return False
         await backend.uninstall(
