@@ -42,15 +42,24 @@ async def cluster_nc(nats_cluster: NatsCluster) -> AsyncIterator[Client]:
     await nc.close()
 
 
+READ_DIRECTLY = EVERY_STREAM - {"PLNT_DEAD_LETTERS", "OBJ_plnt-specs"}
+"""The streams read by direct gets while they have one replica."""
+
+
 async def replicas_by_stream(js: JetStreamContext) -> dict[str, int]:
     # one stream_info each: a cluster's listing can miss streams created a moment ago
     return {name: (await js.stream_info(name)).config.num_replicas or 1 for name in EVERY_STREAM}
+
+
+async def direct_by_stream(js: JetStreamContext) -> dict[str, bool]:
+    return {name: bool((await js.stream_info(name)).config.allow_direct) for name in READ_DIRECTLY}
 
 
 async def test_everything_is_created_with_the_replicas_set(cluster_nc: Client) -> None:
     js = cluster_nc.jetstream()
     await ensure_jetstream(js, replicas=3)
     assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 3)
+    assert await direct_by_stream(js) == dict.fromkeys(READ_DIRECTLY, False)
 
 
 async def test_existing_streams_are_brought_to_the_setting_and_the_change_is_logged(
@@ -59,10 +68,12 @@ async def test_existing_streams_are_brought_to_the_setting_and_the_change_is_log
     js = cluster_nc.jetstream()
     await ensure_jetstream(js)
     assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 1)
+    assert await direct_by_stream(js) == dict.fromkeys(READ_DIRECTLY, True)
 
     with capture_logs() as logs:
         await ensure_jetstream(js, replicas=3)
     assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 3)
+    assert await direct_by_stream(js) == dict.fromkeys(READ_DIRECTLY, False)
     changed = {
         e["stream"]: (e["before"], e["after"])
         for e in logs
@@ -72,6 +83,7 @@ async def test_existing_streams_are_brought_to_the_setting_and_the_change_is_log
 
     await ensure_jetstream(js, replicas=1)
     assert await replicas_by_stream(js) == dict.fromkeys(EVERY_STREAM, 1)
+    assert await direct_by_stream(js) == dict.fromkeys(READ_DIRECTLY, True)
 
 
 async def test_without_the_setting_existing_replicas_are_left_as_they_are(

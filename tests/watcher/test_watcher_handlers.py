@@ -2,9 +2,10 @@
 
 import asyncio
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from nats.js.kv import KeyValue
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
@@ -233,6 +234,56 @@ async def test_a_fold_that_lost_to_another_replica_is_folded_again_over_its_writ
         status_document(apply_event(empty_projection("default", "raced"), requested)),
         status_document(expected),
     ]
+    await bus.close()
+
+
+class CountingReads:
+    """The real ``plnt-runs`` handle, counting its reads (a spy: every call goes through)."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+        self.gets = 0
+
+    async def get(self, key: str) -> KeyValue.Entry:
+        self.gets += 1
+        return await self._kv.get(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+
+async def test_a_new_run_s_first_fold_creates_its_projection_without_reading_it_again(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.runs.purge("default.unread")
+    reads = CountingReads(bus.runs)
+    projections = ProjectionStore(cast(KeyValue, reads))
+    assert await projections.get(namespace="default", name="unread") is None  # the loop's
+    requested = requested_event("unread")
+    folded, changed, _ = await projections.fold(requested)
+    assert changed and folded == apply_event(empty_projection("default", "unread"), requested)
+    assert reads.gets == 1
+    assert await ProjectionStore(bus.runs).get(namespace="default", name="unread") == folded
+    await bus.close()
+
+
+async def test_a_fold_after_a_read_another_replica_outdated_folds_over_the_newer_write(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.runs.purge("default.outread")
+    mine, other = ProjectionStore(bus.runs), ProjectionStore(bus.runs)
+    assert await mine.get(namespace="default", name="outread") is None
+    requested = requested_event("outread")
+    pulled = pulled_event(requested)
+    await other.fold(requested)  # created since this replica read that there was none
+    folded, changed, _ = await mine.fold(pulled)
+    assert changed
+    assert folded == apply_event(
+        apply_event(empty_projection("default", "outread"), requested), pulled
+    )
+    assert await other.get(namespace="default", name="outread") == folded
     await bus.close()
 
 

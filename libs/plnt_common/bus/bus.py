@@ -60,6 +60,8 @@ class Bus:
     specs: ObjectStore
     service: str
     reconnects: Reconnects
+    events_direct: bool = False
+    """Whether the events stream answers direct gets (see ``provision.direct_reads``)."""
 
     @classmethod
     async def open(cls, url: str, *, service: str, wait_for_server: bool = False) -> "Bus":
@@ -73,6 +75,7 @@ class Bus:
         )
         js = nc.jetstream()  # the client's API timeout: 5 s
         await ensure_jetstream(js, replicas=replicas_setting())
+        events = await js.stream_info(subjects.STREAM)
         return cls(
             nc=nc,
             js=js,
@@ -84,6 +87,7 @@ class Bus:
             specs=await js.object_store(subjects.SPECS_OBJECT_STORE),
             service=service,
             reconnects=reconnects,
+            events_direct=bool(events.config.allow_direct),
         )
 
     async def close(self) -> None:

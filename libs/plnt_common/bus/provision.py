@@ -98,18 +98,19 @@ async def _provision(js: JetStreamContext, replicas: int | None) -> None:
 
 
 async def _set_replicas(
-    js: JetStreamContext, stream: str, replicas: int | None, *, bucket: bool = False
+    js: JetStreamContext, stream: str, replicas: int | None, *, read_directly: bool = False
 ) -> None:
-    """Bring an existing stream to ``replicas`` (None: keep its count). A bucket's stream
-    also serves direct gets only while it has one replica (see ``direct_reads``)."""
+    """Bring an existing stream to ``replicas`` (None: keep its count). A stream
+    ``read_directly`` (a bucket's, the events stream) also serves direct gets only while it
+    has one replica (see ``direct_reads``)."""
     config = (await js.stream_info(stream)).config
     before = config.num_replicas or 1
     after = replicas or before
     direct = direct_reads(after)
-    if after == before and (not bucket or bool(config.allow_direct) == direct):
+    if after == before and (not read_directly or bool(config.allow_direct) == direct):
         return
     config.num_replicas = after
-    if bucket:
+    if read_directly:
         config.allow_direct = direct
     await js.update_stream(config)
     log.info(
@@ -125,7 +126,8 @@ def direct_reads(replicas: int) -> bool:
     """Whether a bucket with ``replicas`` answers reads as direct gets.
 
     A direct get skips the JSON API round trip and its header parsing (about 25% cheaper
-    reads, and every saga step reads the saga registry and the projection), but any
+    reads, and every saga step reads the saga registry and the projection, some the
+    step before theirs from the events stream), but any
     replica answers it: a follower that has not applied the latest write yet, or is
     catching up after a restart, answers with an older value or none, so a read right
     after a write could miss it (seen on a 3-node cluster: an installer found no desired
@@ -143,6 +145,7 @@ async def _ensure_stream(js: JetStreamContext, replicas: int | None) -> None:
         max_msg_size=1024 * 1024,
         description="plnt saga events: the history every service follows.",
         num_replicas=replicas or 1,
+        allow_direct=direct_reads(replicas or 1),
     )
     try:
         existing = await js.stream_info(subjects.STREAM)
@@ -154,8 +157,9 @@ async def _ensure_stream(js: JetStreamContext, replicas: int | None) -> None:
             existing = await js.stream_info(subjects.STREAM)
     # An update without a replica count would scale the stream down to one
     config.num_replicas = existing.config.num_replicas or 1
+    config.allow_direct = existing.config.allow_direct
     await js.update_stream(config)
-    await _set_replicas(js, subjects.STREAM, replicas)
+    await _set_replicas(js, subjects.STREAM, replicas, read_directly=True)
 
 
 async def _ensure_dead_letters(js: JetStreamContext, replicas: int | None) -> None:
@@ -183,7 +187,7 @@ async def _ensure_bucket(js: JetStreamContext, bucket: BucketSpec, replicas: int
         await js.key_value(bucket.name)
     except NotFoundError:  # BucketNotFoundError is one
         await _create_bucket(js, bucket, replicas)
-    await _set_replicas(js, bucket_stream(bucket.name), replicas, bucket=True)
+    await _set_replicas(js, bucket_stream(bucket.name), replicas, read_directly=True)
     if bucket.atomic_batches:
         await _allow_atomic_batches(js, bucket_stream(bucket.name))
 

@@ -23,7 +23,7 @@ async def last_of_run(
     """The run's latest ``event_type`` event, of whichever saga; None when it has none."""
     subject = subjects.event_subject(event_type, namespace, name)
     try:
-        raw = await bus.js.get_last_msg(subjects.STREAM, subject)
+        raw = await bus.js.get_last_msg(subjects.STREAM, subject, direct=bus.events_direct)
     except NotFoundError:
         return None
     if raw.data is None:

@@ -99,19 +99,25 @@ class OperatorControl:
             return
         await self._abort(event, canary, request)
 
-    async def supersede_waiting(self, event: Envelope) -> None:
+    async def supersede_waiting(
+        self, event: Envelope, read: tuple[RouteEntry | None, int] | None = None
+    ) -> bool:
         """An older saga's canary still in the route when ``event`` (a newer saga's
         canary.installed or run.deleted) arrives is waiting at the gate (a step or a smoke
-        test would end its saga itself): end it Superseded, so every saga ends once."""
-        entry, _ = await self._routes.get(namespace=event.namespace, name=event.name)
+        test would end its saga itself): end it Superseded, so every saga ends once.
+
+        ``read``: the route as the caller just read it. True when a waiting saga was
+        ended: its restore rewrote the route."""
+        entry, _ = read or await self._routes.get(namespace=event.namespace, name=event.name)
         waiting = entry.canary if entry is not None else None
         if waiting is None or saga_order(waiting.saga_id) >= saga_order(event.sagaid):
-            return
+            return False
         older = event.model_copy(
             update={"sagaid": waiting.saga_id, "generation": saga_order(waiting.saga_id)[0]}
         )
         log.info("canary.superseded_at_gate", sagaid=waiting.saga_id)
         await self._restore(older, waiting.revision, waiting.release, Reason.SUPERSEDED, SUPERSEDED)
+        return True
 
     async def _abort(self, event: Envelope, canary: CanaryRef, request: OperatorRequest) -> None:
         await self._restore(

@@ -135,11 +135,17 @@ class PromoterHandlers:
 
     async def _route_canary(self, event: Envelope) -> None:
         data: CanaryInstalled = event.payload()
-        if await observe_saga(self._bus, event) is not SagaState.CURRENT:
+        # read at once: the route is read for the gate check and tried first by the update
+        state, route = await asyncio.gather(
+            observe_saga(self._bus, event),
+            self._routes.get(namespace=event.namespace, name=event.name),
+        )
+        if state is not SagaState.CURRENT:
             log.info("canary.not_routed", reason="saga superseded or ended")
             return
         canary = logic.target(data.canary, event.sagaid)
-        await self._control.supersede_waiting(event)
+        # a superseded saga's restore rewrites the route: the update reads it again
+        read = None if await self._control.supersede_waiting(event, route) else route
 
         def add(entry: RouteEntry | None) -> RouteEntry | None:
             return logic.with_canary(
@@ -151,7 +157,9 @@ class PromoterHandlers:
                 endpoint=self._endpoint(event),
             )
 
-        entry = await self._routes.update(namespace=event.namespace, name=event.name, change=add)
+        entry = await self._routes.update(
+            namespace=event.namespace, name=event.name, change=add, read=read
+        )
         log.info(
             "canary.routed", revision=canary.revision, weight=entry.canary_weight if entry else 0
         )

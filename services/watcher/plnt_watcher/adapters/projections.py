@@ -23,9 +23,11 @@ class ProjectionStore:
     def __init__(self, kv: KeyValue, *, reconnects: Reconnects | None = None) -> None:
         self._kv = kv
         self._reconnects = reconnects
-        # What this replica last wrote per key: the next fold tries it first and reads the
-        # bucket only when another replica wrote in between (the update then conflicts).
-        self._written: dict[str, tuple[RunProjection, int]] = {}
+        # What this replica last read or wrote per key (None: no projection): the next fold
+        # tries it first and reads the bucket only when another replica wrote in between
+        # (the update then conflicts). A new run's first fold follows the resource loop's
+        # read that found none, so it creates the projection without reading again.
+        self._known: dict[str, tuple[RunProjection | None, int]] = {}
 
     async def get(self, *, namespace: str, name: str) -> RunProjection | None:
         projection, _ = await self.read(namespace=namespace, name=name)
@@ -36,6 +38,11 @@ class ProjectionStore:
         return await self._get(run_key(namespace, name))
 
     async def _get(self, key: str) -> tuple[RunProjection | None, int]:
+        read = await self._read_bucket(key)
+        self._known[key] = read
+        return read
+
+    async def _read_bucket(self, key: str) -> tuple[RunProjection | None, int]:
         try:
             entry = await self._kv.get(key)
         except (KeyNotFoundError, KeyDeletedError):
@@ -47,7 +54,9 @@ class ProjectionStore:
     async def fold(self, event: Envelope) -> tuple[RunProjection | None, bool, int]:
         """Apply ``event``; returns the projection, whether it changed, and its revision."""
         key = run_key(event.namespace, event.name)
-        cached = self._written.get(key)
+        cached = self._known.get(key)
+        if cached is not None and cached[0] is None and event.event_type not in OPENING_EVENTS:
+            cached = None  # an event is dropped on the bucket's word, never on a cached read
         for attempt in range(CAS_ATTEMPTS):
             current: RunProjection | None
             if cached is not None and attempt == 0:
@@ -67,7 +76,7 @@ class ProjectionStore:
                     written = await self._kv.create(key, payload)
             except KeyWrongLastSequenceError:
                 continue
-            self._written[key] = (updated, written)
+            self._known[key] = (updated, written)
             return updated, True, written
         raise Conflict(f"projection {key} kept changing")
 
@@ -80,7 +89,7 @@ class ProjectionStore:
         return entry.revision or 0 if entry.value else 0
 
     async def delete(self, *, namespace: str, name: str) -> None:
-        self._written.pop(run_key(namespace, name), None)
+        self._known.pop(run_key(namespace, name), None)
         await self._kv.delete(run_key(namespace, name))
 
     async def watch_raw(self) -> AsyncIterator[tuple[str, bytes | None]]:
