@@ -123,7 +123,8 @@ async def _set_replicas(
 
 
 def direct_reads(replicas: int) -> bool:
-    """Whether a bucket with ``replicas`` answers reads as direct gets.
+    """Whether a stream read by key or subject (a bucket's, the events stream) with
+    ``replicas`` answers reads as direct gets.
 
     A direct get skips the JSON API round trip and its header parsing (about 25% cheaper
     reads, and every saga step reads the saga registry and the projection, some the
