@@ -412,13 +412,9 @@ def deploy_rows(
     pinged: list[float] = []
     overheads = asyncio.run(sequential(stack.url, run_documents(registry, names), pinged=pinged))
     # the stack's own messages: the server may still list the harness's closing connection
-    traffic = {
-        name: counted
-        for name, counted in (
-            traffic_between(before, monitored.traffic()) if monitored else {}
-        ).items()
-        if name.removeprefix("plnt-") in (*SERVICES, "installer")
-    }
+    after = monitored.traffic() if monitored else {}
+    services = {f"plnt-{service}" for service in (*SERVICES, "installer")}
+    traffic = {name: t for name, t in traffic_between(before, after).items() if name in services}
     overhead = percentile(overheads, 0.5)
     across = median(pinged)
     round_trips = overhead / across
