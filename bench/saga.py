@@ -25,6 +25,7 @@ from nats.aio.client import Client
 from bench.dispatch import ROUNDS as DISPATCH_ROUNDS
 from bench.dispatch import dispatch_costs
 from bench.hops import hops
+from bench.stages import describe, stage_durations, stored_marks
 from bench.stats import percentile
 from bench.table import Row, Verdict, render
 from plnt_cli.commands import Session, replay
@@ -442,6 +443,7 @@ def deploy_rows(
     ]
     if traffic:
         rows.append(traffic_row(traffic, sequential_runs))
+    rows.append(stages_row(stack.url, set(names), across))
     costs = []
     for size in bursts:
         results = []  # (wall time, apply → Ready per run) per round
@@ -478,6 +480,26 @@ def deploy_rows(
         )
     )
     return rows
+
+
+def stages_row(url: str, names: set[str], round_trip: float) -> Row:
+    """Where the one-at-a-time deploys' time went, step by step."""
+
+    async def marks() -> list[tuple[str, str, float]]:
+        bus = await Bus.open(url, service="bench-stages")
+        try:
+            return await stored_marks(bus.nc, "default", names)
+        finally:
+            await bus.close()
+
+    return Row(
+        "the one-at-a-time deploys by step, p50 between the server's stored marks (the "
+        "apply, each step's event, the Ready status), in ms and in the round trips above",
+        describe(stage_durations(asyncio.run(marks())), round_trip),
+        "",
+        "",
+        Verdict.INFO,
+    )
 
 
 def traffic_row(traffic: dict[str, Traffic], deploys: int) -> Row:
