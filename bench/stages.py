@@ -16,10 +16,10 @@ from statistics import median
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import api
 
 from plnt_common import subjects
-from plnt_common.bus.history import read_batches
+from plnt_common.bus.history import read_batches, reader_config
+from plnt_common.bus.kv_batch import bucket_stream, key_prefix
 from plnt_common.resource_store import object_key
 
 APPLIED = "applied"
@@ -57,19 +57,22 @@ async def stored_marks(nc: Client, namespace: str, names: set[str]) -> list[Mark
     revision) and the first ``Ready`` status."""
     marks: list[Mark] = []
     async for batch in read_batches(
-        nc, stream=subjects.STREAM, config=_reader(f"{subjects.SUBJECT_PREFIX}.>"), keep=_stored
+        nc,
+        stream=subjects.STREAM,
+        config=reader_config(f"{subjects.SUBJECT_PREFIX}.>"),
+        keep=_stored,
     ):
         for subject, _, stored in batch:
             event_type, event_namespace, name = _event_of(subject)
             if event_namespace == namespace and name in names:
                 marks.append((name, event_type, stored))
     keys = {object_key("WorkflowRun", namespace, name): name for name in names}
-    prefix = f"$KV.{subjects.RESOURCES_BUCKET}."
+    prefix = key_prefix(subjects.RESOURCES_BUCKET)
     seen: set[str] = set()
     async for batch in read_batches(
         nc,
-        stream=f"KV_{subjects.RESOURCES_BUCKET}",
-        config=_reader(f"{prefix}{object_key('WorkflowRun', namespace, '*')}"),
+        stream=bucket_stream(subjects.RESOURCES_BUCKET),
+        config=reader_config(f"{prefix}{object_key('WorkflowRun', namespace, '*')}"),
         keep=_stored,
     ):
         for subject, data, stored in batch:
@@ -82,16 +85,6 @@ async def stored_marks(nc: Client, namespace: str, names: set[str]) -> list[Mark
             if data and (json.loads(data).get("status") or {}).get("phase") == READY:
                 marks.append((name, READY, stored))
     return marks
-
-
-def _reader(filter_subject: str) -> api.ConsumerConfig:
-    return api.ConsumerConfig(
-        ack_policy=api.AckPolicy.NONE,
-        deliver_policy=api.DeliverPolicy.ALL,
-        filter_subject=filter_subject,
-        inactive_threshold=30.0,
-        mem_storage=True,
-    )
 
 
 def _stored(msg: Msg) -> tuple[str, bytes, float]:

@@ -48,7 +48,7 @@ async def read_events(
 ) -> AsyncIterator[StoredEvent]:
     """Every stored event matching ``filter_subject``, oldest first (see ``read_batches``)."""
     async for batch in read_batches(
-        nc, stream=subjects.STREAM, config=_reader_config(filter_subject), keep=_stored_event
+        nc, stream=subjects.STREAM, config=reader_config(filter_subject), keep=_stored_event
     ):
         for stored in batch:
             yield stored
@@ -62,7 +62,9 @@ def _stored_event(msg: Msg) -> StoredEvent:
         return StoredEvent(sequence, msg.subject, None, str(exc))
 
 
-def _reader_config(filter_subject: str) -> api.ConsumerConfig:
+def reader_config(filter_subject: str) -> api.ConsumerConfig:
+    """An ephemeral reader of the stored messages matching ``filter_subject``, for
+    ``read_batches``: no acks, from the first message, gone 30 s after its last pull."""
     return api.ConsumerConfig(
         ack_policy=api.AckPolicy.NONE,
         deliver_policy=api.DeliverPolicy.ALL,
@@ -80,7 +82,7 @@ async def read_messages(
     async for messages in read_batches(
         nc,
         stream=subjects.STREAM,
-        config=_reader_config(filter_subject),
+        config=reader_config(filter_subject),
         keep=_subject_and_payload,
         batch=batch,
     ):
