@@ -25,7 +25,7 @@ from nats.aio.client import Client
 from bench.dispatch import ROUNDS as DISPATCH_ROUNDS
 from bench.dispatch import dispatch_costs
 from bench.hops import hops
-from bench.stages import describe, stage_durations, stored_marks
+from bench.stages import Mark, describe, stage_durations, stored_marks
 from bench.stats import percentile
 from bench.table import Row, Verdict, render
 from plnt_cli.commands import Session, replay
@@ -485,7 +485,7 @@ def deploy_rows(
 def stages_row(url: str, names: set[str], round_trip: float) -> Row:
     """Where the one-at-a-time deploys' time went, step by step."""
 
-    async def marks() -> list[tuple[str, str, float]]:
+    async def marks() -> list[Mark]:
         bus = await Bus.open(url, service="bench-stages")
         try:
             return await stored_marks(bus.nc, "default", names)
