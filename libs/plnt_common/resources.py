@@ -35,7 +35,19 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
-class ObjectMeta(_Model):
+class _Observed(BaseModel):
+    """What the API server or plnt itself writes: fields plnt does not keep are ignored.
+
+    A real server adds metadata on every write (``managedFields``, ``ownerReferences``,
+    kubectl's annotations, fields of newer versions), and a newer plnt may write status
+    fields an older one does not know; refusing them would stop every rollout. A user's
+    ``spec`` stays strict (``_Model``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class ObjectMeta(_Observed):
     """The metadata subset plnt keeps, as the Kubernetes API returns it."""
 
     name: str
@@ -287,7 +299,7 @@ class WorkflowRunSpec(_Model):
         return self
 
 
-class Condition(_Model):
+class Condition(_Observed):
     type: ConditionType
     status: Literal["True", "False", "Unknown"]
     reason: str
@@ -296,13 +308,13 @@ class Condition(_Model):
     observed_generation: int = Field(default=0, alias="observedGeneration")
 
 
-class CanaryStatus(_Model):
+class CanaryStatus(_Observed):
     revision: str = ""
     traffic_percent: int = Field(default=0, alias="trafficPercent")
     step: str = Field(default="", description="The step being held, like 2/3.")
 
 
-class RevisionFigures(_Model):
+class RevisionFigures(_Observed):
     """One revision's live calls in one step's window."""
 
     invocations: int = 0
@@ -312,7 +324,7 @@ class RevisionFigures(_Model):
     cost_per_invocation_usd: float = Field(default=0.0, alias="costPerInvocationUsd")
 
 
-class AnalysisStatus(_Model):
+class AnalysisStatus(_Observed):
     """The last judged canary step: its verdict and both revisions' figures."""
 
     step: str = ""
@@ -323,7 +335,7 @@ class AnalysisStatus(_Model):
     stable: RevisionFigures = Field(default_factory=RevisionFigures)
 
 
-class SmokeStatus(_Model):
+class SmokeStatus(_Observed):
     invocations: int = 0
     p50_ms: float = Field(default=0.0, alias="p50Ms")
     p95_ms: float = Field(default=0.0, alias="p95Ms")
@@ -333,7 +345,7 @@ class SmokeStatus(_Model):
     golden: tuple[GoldenResult, ...] = ()
 
 
-class WorkflowRunStatus(_Model):
+class WorkflowRunStatus(_Observed):
     phase: Phase = Phase.PENDING
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: tuple[Condition, ...] = ()

@@ -6,14 +6,16 @@ message naming the problem.
 """
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from plnt_common.errors import SpecInvalid
-from plnt_common.names import SEMVER, check_dns_label
+from plnt_common.names import SEMVER, SHA256_PIN, check_dns_label
 
 # libyaml's loader parses a spec ~10x faster than the pure-Python one; same safe subset
 SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -22,10 +24,22 @@ MAX_SPEC_BYTES = 256 * 1024
 MAX_STEPS = 64
 MAX_DEPS = 32
 
+MAX_TOOLS = 64
+MAX_REQUIREMENTS = 64
+DEFAULT_ENTRYPOINT = "python -m plnt_runner"
+"""The command a runner starts with when the spec names none: plnt's own runner."""
+
 KNOWN_TOOLS = frozenset(
-    {"llm.classify", "rag.query", "llm.generate", "policy.moderate", "http.request"}
+    {"llm.chat", "llm.classify", "rag.query", "llm.generate", "policy.moderate", "http.request"}
 )
-"""Tools the runner implements; a spec naming any other tool is refused at pull time."""
+"""The built-in tools; a step names one of them or one of the spec's own ``tools``."""
+TOOL_NAME = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)+$")
+"""A code tool's name: dotted, like ``crm.lookup``."""
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+CALL_TARGET = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$")
+"""Where a code tool lives: ``package.module:function``."""
+ARCHIVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""The code archive's file name beside workflow.yaml: one path segment, no ``..``."""
 
 
 def _check_http(step_id: str, config: Mapping[str, Any]) -> None:
@@ -93,9 +107,110 @@ class WorkflowMetadata(_Frozen):
         return value
 
 
+class CodeArchive(_Frozen):
+    """The workflow's own Python code: an archive beside workflow.yaml, pinned by digest."""
+
+    archive: str = Field(
+        description="File name of the .tar.gz beside workflow.yaml in the registry.",
+        examples=["code.tar.gz"],
+    )
+    digest: str = Field(description="sha256:<64 hex> of the archive's bytes.")
+    requirements: tuple[str, ...] = Field(
+        default=(),
+        max_length=MAX_REQUIREMENTS,
+        description="pip requirement strings installed into the code's environment.",
+        examples=[["rapidfuzz>=3,<4"]],
+    )
+
+    @field_validator("archive")
+    @classmethod
+    def _archive_is_a_file_name(cls, value: str) -> str:
+        if not ARCHIVE_NAME.match(value) or value in (".", ".."):
+            raise ValueError(
+                f"archive {value!r} must be a file name beside workflow.yaml "
+                "(letters, digits, '.', '_', '-'; no '/')"
+            )
+        return value
+
+    @field_validator("digest")
+    @classmethod
+    def _digest_shape(cls, value: str) -> str:
+        if not SHA256_PIN.match(value):
+            raise ValueError("digest must be sha256:<64 lowercase hex digits>")
+        return value
+
+    @field_validator("requirements")
+    @classmethod
+    def _requirements_parse(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for text in value:
+            try:
+                Requirement(text)
+            except InvalidRequirement as exc:
+                raise ValueError(f"requirement {text!r} is not a pip requirement: {exc}") from None
+        return value
+
+
 class Runtime(_Frozen):
     image: str = Field(min_length=1, max_length=512)
-    entrypoint: str = Field(min_length=1, max_length=1024)
+    entrypoint: str = Field(default=DEFAULT_ENTRYPOINT, min_length=1, max_length=1024)
+    code: CodeArchive | None = None
+
+
+class CodeTool(_Frozen):
+    """One of the workflow's own tools: a Python function in its code or image."""
+
+    name: str = Field(description="Dotted name steps use, like crm.lookup.")
+    call: str = Field(description="module:function, imported from the code's root.")
+    side_effects: bool = Field(
+        default=False,
+        alias="sideEffects",
+        description="True: never cached, never retried, not executed in shadow calls.",
+    )
+    timeout: str = Field(default="30s", description="Duration; past it the step fails.")
+    dry_run: Any = Field(
+        default=None,
+        alias="dryRun",
+        description="The output a shadow call answers instead of calling a side-effect tool.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_dotted(cls, value: str) -> str:
+        if not TOOL_NAME.match(value) or len(value) > 128:
+            raise ValueError(f"tool name {value!r} must be dotted lowercase, like crm.lookup")
+        if value in KNOWN_TOOLS:
+            raise ValueError(f"tool name {value!r} is a built-in tool's; choose another")
+        return value
+
+    @field_validator("call")
+    @classmethod
+    def _call_shape(cls, value: str) -> str:
+        if not CALL_TARGET.match(value):
+            raise ValueError(f"call {value!r} must be module:function, like acme.tools:lookup")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_shape(cls, value: str) -> str:
+        seconds = _duration_s(value)
+        if not 0.001 <= seconds <= 3600:
+            raise ValueError(f"timeout must be between 1ms and 1h, got {value!r}")
+        return value
+
+    @property
+    def timeout_s(self) -> float:
+        return _duration_s(self.timeout)
+
+
+_DURATION = re.compile(r"^(?P<number>[0-9]+(\.[0-9]+)?)(?P<unit>ms|s|m|h)$")
+_DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration_s(text: str) -> float:
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"must be a duration like 500ms, 30s or 5m, got {text!r}")
+    return float(match["number"]) * _DURATION_UNITS_S[match["unit"]]
 
 
 class Step(_Frozen):
@@ -103,13 +218,6 @@ class Step(_Frozen):
     tool: str
     deps: tuple[str, ...] = Field(default=(), max_length=MAX_DEPS)
     with_: Mapping[str, Any] = Field(default_factory=dict, alias="with")
-
-    @field_validator("tool")
-    @classmethod
-    def _tool_is_known(cls, value: str) -> str:
-        if value not in KNOWN_TOOLS:
-            raise ValueError(f"unknown tool {value!r} (known: {', '.join(sorted(KNOWN_TOOLS))})")
-        return value
 
     @model_validator(mode="after")
     def _with_fits_the_tool(self) -> "Step":
@@ -141,6 +249,13 @@ class WorkflowSpec(_Frozen):
     runtime: Runtime
     steps: tuple[Step, ...] = Field(min_length=1, max_length=MAX_STEPS)
     requirements: Requirements = Field(default_factory=Requirements)
+    vars: dict[str, Any] = Field(
+        default_factory=dict, description="Constants the step templates read as vars."
+    )
+    input: dict[str, Any] | None = Field(
+        default=None, description="JSON Schema every invoke body must match."
+    )
+    tools: tuple[CodeTool, ...] = Field(default=(), max_length=MAX_TOOLS)
     reply: Reply | None = Field(
         default=None,
         description=(
@@ -153,6 +268,22 @@ class WorkflowSpec(_Frozen):
     def _steps_form_a_dag(self) -> "WorkflowSpec":
         topological_order(self.steps)
         return self
+
+    @model_validator(mode="after")
+    def _tools_are_known(self) -> "WorkflowSpec":
+        own = [tool.name for tool in self.tools]
+        duplicates = sorted({name for name in own if own.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"tools: {', '.join(duplicates)} declared more than once")
+        for step in self.steps:
+            if step.tool not in KNOWN_TOOLS and step.tool not in own:
+                known = ", ".join([*sorted(KNOWN_TOOLS), *own])
+                raise ValueError(f"step {step.id!r}: unknown tool {step.tool!r} (known: {known})")
+        return self
+
+    def code_tool(self, name: str) -> CodeTool | None:
+        """The spec's own tool of that name; None for a built-in."""
+        return next((tool for tool in self.tools if tool.name == name), None)
 
     @model_validator(mode="after")
     def _reply_names_a_text_field(self) -> "WorkflowSpec":
