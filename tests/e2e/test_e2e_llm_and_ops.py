@@ -20,6 +20,7 @@ from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
 from plnt_common.nats_server import free_ports
 from plnt_testkit.fake_llm import FakeLLM
+from plnt_testkit.terminal import sigint_default
 
 API_KEY = "sk-plnt-e2e"
 
@@ -153,6 +154,7 @@ def test_plnt_up_reports_its_ports_and_ctrl_c_stops_every_process(tmp_path: Path
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        preexec_fn=sigint_default,  # Ctrl-C reaches it however the suite was started
     )
     assert process.stdout is not None
     lines = []

@@ -15,6 +15,7 @@ import pytest
 from plnt_common import subjects
 from plnt_common.bus.connection import connect
 from plnt_common.nats_server import NatsServer, free_port, free_ports
+from plnt_testkit.terminal import sigint_default
 
 MARK = "PLNT_TEST_PROCESS_MARK"
 """An environment variable every process ``plnt up`` starts inherits: found by it in /proc."""
@@ -54,6 +55,7 @@ def spawn_up(tmp_path: Path, mark: str, *extra: str) -> "subprocess.Popen[str]":
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=sigint_default,
     )
 
 
