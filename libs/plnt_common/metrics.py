@@ -64,7 +64,8 @@ SAGA_STEP_RUNS = Counter(
 SIDE_EFFECTS = Counter(
     "plnt_side_effects_total",
     "Side effects a saga step carried out (saga_request, spec_store, canary_install, "
-    "canary_removal, runner_start, smoke_run, route_write, terminal_claim).",
+    "canary_removal, runner_start, smoke_run, route_write, terminal_claim; route_follow: "
+    "the route follower's writes, apart from the saga's route_write).",
     ["service", "effect"],
 )
 

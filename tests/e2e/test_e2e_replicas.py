@@ -76,6 +76,7 @@ async def test_a_burst_on_two_replicas_ends_each_saga_once_with_one_install(
         ("smoke", "smoke_run"): RUNS,
         ("promoter", "route_write"): 2 * RUNS,  # the canary's share, then the promotion
         ("promoter", "terminal_claim"): RUNS,
+        # and no ("promoter", "route_follow"): no runner restarted, so no follower wrote
     }, effects
     runs = step_runs(counted)
     for step in (

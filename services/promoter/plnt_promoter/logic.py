@@ -144,6 +144,15 @@ def followed(
     return entry.model_copy(update={"stable": stable, "canary": canary})
 
 
+def stepped_back(before: RouteEntry, after: RouteEntry) -> list[str]:
+    """Releases of the targets ``after`` marks not serving that ``before`` had serving."""
+    return [
+        old.release or release_of_revision(before.name, old.revision)
+        for old, new in ((before.stable, after.stable), (before.canary, after.canary))
+        if old is not None and new is not None and old.serving and not new.serving
+    ]
+
+
 def _followed(
     run_name: str, target: RouteTarget, observed: Mapping[str, ObservedRelease], now: datetime
 ) -> RouteTarget:

@@ -11,6 +11,13 @@ with the saga's own route writes.
 
 It reads what it already holds from the watches, so a change that calls for no write
 costs no NATS round trip; a sweep every ``resync_s`` retries a write that failed.
+
+An observation only moves a target forward. The two watches are not ordered with each
+other: a replica may see the saga's new target (written once its runner answered)
+before the observed record that says so, while it still holds the runner's earlier
+``Starting``. So before marking a serving target down it reads that release's record
+from the bucket again, and it never takes a record older (by bucket revision) than one
+it holds.
 """
 
 import asyncio
@@ -24,7 +31,12 @@ from plnt_common.logs import get_logger
 from plnt_common.releases import ObservedRelease, run_of_release
 from plnt_common.routes import RouteEntry, route_key
 from plnt_promoter import logic
-from plnt_promoter.adapters.followed_watch import observed_changes, route_changes
+from plnt_promoter.adapters.followed_watch import (
+    observed_changes,
+    observed_now,
+    observed_parts,
+    route_changes,
+)
 from plnt_promoter.adapters.route_table import RouteTable
 
 log = get_logger(__name__)
@@ -48,6 +60,8 @@ class RouteFollower:
         self._clock = clock
         self._observed: dict[str, dict[str, ObservedRelease]] = {}
         """Observed records by namespace, then release."""
+        self._observed_at: dict[tuple[str, str], tuple[str, int]] = {}
+        """The bucket key and revision of each held record (or deletion), by (ns, release)."""
         self._entries: dict[str, tuple[RouteEntry, int]] = {}
         """The latest route entry and its KV revision, by route key."""
 
@@ -84,15 +98,36 @@ class RouteFollower:
                 log.warning("follow.watch_restarted", error=repr(exc))
                 await asyncio.sleep(0.5)
 
-    async def _on_observed(
-        self, namespace: str, release: str, record: ObservedRelease | None
-    ) -> None:
-        releases = self._observed.setdefault(namespace, {})
+    async def _on_observed(self, key: str, record: ObservedRelease | None, revision: int) -> None:
+        parts = observed_parts(key)
+        if parts is None or not self._hold(key, record, revision):
+            return
+        if record is not None:  # no news is not an outage: the route keeps what it had
+            await self._follow(route_key(parts[0], run_of_release(parts[1])))
+
+    def _hold(self, key: str, record: ObservedRelease | None, revision: int) -> bool:
+        """Keep ``record`` unless a newer one is held already; whether it was kept."""
+        parts = observed_parts(key)
+        if parts is None:
+            return False
+        held = self._observed_at.get(parts)
+        if held is not None and held[0] == key and revision < held[1]:
+            return False  # a refresh read already gave us a newer one
+        self._observed_at[parts] = (key, revision)
+        releases = self._observed.setdefault(parts[0], {})
         if record is None:
-            releases.pop(release, None)
-            return  # no news is not an outage: the route keeps what it had
-        releases[release] = record
-        await self._follow(route_key(namespace, run_of_release(release)))
+            releases.pop(parts[1], None)
+        else:
+            releases[parts[1]] = record
+        return True
+
+    async def _refresh(self, namespace: str, releases: list[str]) -> None:
+        """Read the held records of ``releases`` from the bucket again."""
+        for release in releases:
+            held = self._observed_at.get((namespace, release))
+            if held is not None:
+                record, revision = await observed_now(self._bus.releases, held[0])
+                self._hold(held[0], record, revision)
 
     async def _on_route(self, key: str, entry: RouteEntry | None, revision: int) -> None:
         if entry is None:
@@ -112,17 +147,31 @@ class RouteFollower:
         if known is None:
             return
         entry = known[0]
-        observed = self._observed.get(entry.namespace, {})
+        observed = self._observed.setdefault(entry.namespace, {})
         now = self._clock()
-        if logic.followed(entry, observed, now=now) == entry:
+        wanted = logic.followed(entry, observed, now=now)
+        if wanted == entry:
             return
+        down = logic.stepped_back(entry, wanted)
+        if down:
+            try:
+                await self._refresh(entry.namespace, down)
+            except Exception as exc:  # NATS away: the sweep tries again
+                log.warning("route.follow_failed", key=key, error=repr(exc))
+                return
+            if logic.followed(entry, observed, now=now) == entry:
+                return
 
         def follow(current: RouteEntry | None) -> RouteEntry | None:
             return None if current is None else logic.followed(current, observed, now=now)
 
         try:
             updated = await self._routes.update(
-                namespace=entry.namespace, name=entry.name, change=follow, read=known
+                namespace=entry.namespace,
+                name=entry.name,
+                change=follow,
+                read=known,
+                effect="route_follow",
             )
         except Exception as exc:  # NATS away, a route that kept changing: the sweep retries
             log.warning("route.follow_failed", key=key, error=repr(exc))

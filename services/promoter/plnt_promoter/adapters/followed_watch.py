@@ -7,6 +7,7 @@ reconnect) turned into plain records; a deletion comes as None. They decide noth
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from pydantic import ValidationError
 
@@ -24,13 +25,28 @@ _Record = TypeVar("_Record", ObservedRelease, RouteEntry)
 
 async def observed_changes(
     kv: KeyValue, *, reconnects: Reconnects | None = None
-) -> AsyncIterator[tuple[str, str, ObservedRelease | None]]:
-    """``(namespace, release, record)`` for every observed record, local or Kubernetes."""
+) -> AsyncIterator[tuple[str, ObservedRelease | None, int]]:
+    """``(key, record, revision)`` for every observed record, local or Kubernetes."""
     async for entry in watch_entries(kv, reconnects=reconnects):
-        parts = entry.key.split(".") if entry is not None else []
-        if len(parts) != 3 or parts[0] not in OBSERVED_PREFIXES:
-            continue  # the end-of-initial-values marker, desired records
-        yield parts[1], parts[2], _parsed(entry, ObservedRelease)
+        if entry is not None and observed_parts(entry.key) is not None:
+            yield entry.key, _parsed(entry, ObservedRelease), entry.revision or 0
+
+
+async def observed_now(kv: KeyValue, key: str) -> tuple[ObservedRelease | None, int]:
+    """The observed record under ``key`` as the bucket holds it now, and its revision."""
+    try:
+        entry = await kv.get(key)
+    except (KeyNotFoundError, KeyDeletedError):
+        return None, 0
+    return _parsed(entry, ObservedRelease), entry.revision or 0
+
+
+def observed_parts(key: str) -> tuple[str, str] | None:
+    """``(namespace, release)`` of an observed record's key; None for any other key."""
+    parts = key.split(".")
+    if len(parts) != 3 or parts[0] not in OBSERVED_PREFIXES:
+        return None  # desired records
+    return parts[1], parts[2]
 
 
 async def route_changes(

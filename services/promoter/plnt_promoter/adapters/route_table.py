@@ -33,10 +33,13 @@ class RouteTable:
         name: str,
         change: Callable[[RouteEntry | None], RouteEntry | None],
         read: tuple[RouteEntry | None, int] | None = None,
+        effect: str = "route_write",
     ) -> RouteEntry | None:
         """Apply ``change`` with compare-and-set, retrying on a concurrent write.
 
         ``read``: the entry and revision the caller just read, tried before reading again.
+        ``effect``: the side-effect label a write counts under (``route_write`` for the
+        saga's writes, ``route_follow`` for the route follower's).
         ``change`` returning None leaves the table as it is. Raises ``Conflict`` when the
         entry keeps changing.
         """
@@ -55,7 +58,7 @@ class RouteTable:
                     await self._kv.create(key, payload)
             except KeyWrongLastSequenceError:
                 continue
-            SIDE_EFFECTS.labels("promoter", "route_write").inc()
+            SIDE_EFFECTS.labels("promoter", effect).inc()
             return updated
         raise Conflict(f"route {key} kept changing")
 
