@@ -1,6 +1,7 @@
 """``python -m plnt_runner`` as a process: the listening line, graceful SIGTERM, bad settings."""
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -85,6 +86,30 @@ async def test_sigterm_lets_an_in_flight_invocation_finish_and_refuses_new_ones(
         assert await in_flight == 200
         assert llm.request_count == 4
         assert await asyncio.wait_for(process.wait(), timeout=20) == 0
+
+
+async def test_sigterm_answers_a_call_whose_body_is_still_arriving(tmp_path: Path) -> None:
+    """aiohttp's own shutdown stops reading bodies: the runner drains before it."""
+    workflow = write_example(tmp_path)
+    async with runner_process(workflow_file=str(workflow)) as (process, url):
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps(EXAMPLE_BODY).encode()
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /invoke HTTP/1.1\r\nHost: runner\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body[:10]
+        )
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        writer.write(body[10:])
+        answer = await asyncio.wait_for(reader.read(), timeout=5)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert b'"reply"' in answer
+        assert await asyncio.wait_for(process.wait(), timeout=10) == 0
 
 
 async def _started(llm: FakeLLM) -> bool:

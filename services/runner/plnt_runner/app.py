@@ -35,6 +35,8 @@ from plnt_runner.state import RunnerState
 from plnt_runner.tools import build_tools
 
 log = get_logger("plnt.runner")
+CUT_AFTER_DRAIN_S = 0.5
+"""After the drain, how long aiohttp gives a call that outlived it before cancelling it."""
 
 
 def create_app(settings: RunnerSettings, *, provider: LLMProvider | None = None) -> web.Application:
@@ -58,8 +60,11 @@ def create_app(settings: RunnerSettings, *, provider: LLMProvider | None = None)
         admission=Admission(max_in_flight=settings.max_in_flight, max_queue=settings.max_queue),
         cache=StepCache(max_entries=settings.cache_size) if settings.cache_size else None,
     )
-    app = web.Application(client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        client_max_size=settings.max_body_bytes, middlewares=[handlers.track_calls]
+    )
     app[handlers.STATE] = state
+    app[handlers.CALLS] = handlers.Calls()
     app.cleanup_ctx.append(_runtime(provider))
     app.on_response_prepare.append(handlers.add_revision_header)
     app.router.add_post("/invoke", handlers.invoke)
@@ -121,8 +126,9 @@ async def serve(settings: RunnerSettings) -> None:
     processes read that line to learn the port when ``port`` is 0.
     """
     app = create_app(settings)
+    # The calls in flight are waited for by ``_drain``; what is left after it is cut.
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=settings.shutdown_timeout_s
+        app, access_log=None, handle_signals=False, shutdown_timeout=CUT_AFTER_DRAIN_S
     )
     await runner.setup()
     # Start-up objects (modules, pydantic schemas, the executor) live as long as the
@@ -161,8 +167,21 @@ async def serve(settings: RunnerSettings) -> None:
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+        await _drain(app, runner, settings.shutdown_timeout_s)
         await runner.cleanup()
     log.info("stopped")
+
+
+async def _drain(app: web.Application, runner: web.AppRunner, timeout_s: float) -> None:
+    """Stop listening and take no new call, then wait up to ``timeout_s`` for the calls in
+    flight. aiohttp's own shutdown stops reading request bodies at once, which would leave a
+    call whose body is still arriving unanswered."""
+    calls = app[handlers.CALLS]
+    calls.stopping = True
+    for site in list(runner.sites):
+        await site.stop()
+    if not await calls.drained(timeout_s):
+        log.warning("drain_timed_out", active=calls.active, timeout_s=timeout_s)
 
 
 async def _stop_when_gone(pid: int, stop: asyncio.Event) -> None:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from plnt_common.admission import Saturated
@@ -35,6 +36,53 @@ RETRY_AFTER_S = 1
 """Retry-After on 429: invocations take about a second, so a slot frees up within one."""
 
 log = get_logger("plnt.runner.http")
+
+
+class Calls:
+    """The requests being handled, and whether the runner is stopping: on SIGTERM it takes
+    no new call and waits for these, a body still arriving included (runner contract,
+    clause 7)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.stopping = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def started(self) -> None:
+        self.active += 1
+        self._idle.clear()
+
+    def finished(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self._idle.set()
+
+    async def drained(self, timeout_s: float) -> bool:
+        """True once no request is being handled; False when ``timeout_s`` passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+
+CALLS = web.AppKey("plnt_runner_calls", Calls)
+
+
+@web.middleware
+async def track_calls(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count every request while it is handled; once stopping, answer 503 and close."""
+    calls = request.app[CALLS]
+    if calls.stopping:
+        response = _error(503, "ShuttingDown", "the runner is shutting down")
+        response.force_close()
+        return response
+    calls.started()
+    try:
+        return await handler(request)
+    finally:
+        calls.finished()
 
 
 async def invoke(request: web.Request) -> web.StreamResponse:

@@ -76,9 +76,10 @@ class RunnerSettings(CommonSettings):
         description="Largest accepted invoke body; a larger one is answered 413.",
     )
     shutdown_timeout_s: float = Field(
-        default=30.0,
+        default=8.0,
         ge=0,
-        description="On SIGTERM, how long in-flight invocations may take to finish.",
+        description="On SIGTERM, how long in-flight invocations may take to finish; the "
+        "runner contract asks every runner to exit within 10 s of the signal.",
     )
     exit_with_pid: int | None = Field(
         default=None,
