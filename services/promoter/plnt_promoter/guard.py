@@ -5,8 +5,9 @@ event's time plus the window, so a delivery after a crash resumes the same windo
 figures are read every tick like a held canary step's (``step_hold``), from the same
 source. The moment a budget is certainly broken (the step analysis's early stop, against
 the calls the window is expected to see) the run is reverted to the kept previous
-revision (``revert``), reason GuardFailed. No calls in the window: the guard passes
-nothing and fails nothing. A newer saga, a revert, or any later event of the run waiting
+revision (``revert``), reason GuardFailed; at the window's end its error rate and p95
+are judged on the calls it saw. No calls in the window: the guard passes nothing and
+fails nothing. A newer saga, a revert, or any later event of the run waiting
 behind the held one (a `plnt rollback`) ends the guard.
 """
 
@@ -44,23 +45,34 @@ def budgets(guard: Guard) -> Analysis:
 def judge_window(
     guard: Guard, totals: RevisionTotals, *, elapsed_s: float, interval_s: float
 ) -> analysis.Judgement:
-    """HOLD while the window runs and no budget is certainly broken; FAIL or PASS."""
+    """HOLD while the window runs and no budget is certainly broken; FAIL or PASS.
+
+    While the window runs, "certainly" is against the calls it is expected to see, never
+    fewer than the step analysis's floor; at its end, against the calls it saw, however
+    few: the same comparisons then judge the whole window's error rate, and the p95 is
+    interpolated from the buckets.
+    """
     limits = budgets(guard)
     figures = analysis.revision_figures(totals)
-    expected = analysis.expected_calls(
-        seen=totals.invocations,
-        elapsed_s=elapsed_s,
-        interval_s=interval_s,
-        floor=limits.min_invocations,
+    ended = elapsed_s >= interval_s
+    expected = (
+        float(totals.invocations)
+        if ended
+        else analysis.expected_calls(
+            seen=totals.invocations,
+            elapsed_s=elapsed_s,
+            interval_s=interval_s,
+            floor=limits.min_invocations,
+        )
     )
     broken = analysis.certainly_broken(limits, totals, expected, subject=SUBJECT, span=SPAN)
-    if not broken and elapsed_s >= interval_s and totals.invocations:
+    if not broken and ended and totals.invocations:
         broken = "; ".join(
             analysis.broken_budgets(limits, figures, RevisionFigures(), subject=SUBJECT)
         )
     if broken:
         outcome = analysis.Outcome.FAIL
-    elif elapsed_s < interval_s:
+    elif not ended:
         outcome, broken = analysis.Outcome.HOLD, "judging"
     else:
         outcome = analysis.Outcome.PASS
