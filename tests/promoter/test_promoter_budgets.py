@@ -189,6 +189,15 @@ def test_a_window_exactly_at_each_budget_passes(
     assert passed.figures.passed
 
 
+def test_a_mean_exactly_at_a_budget_finer_than_the_figures_rounding_passes() -> None:
+    # the status shows 100 tokens per call (rounded to 3 places); the mean is the budget
+    budgets = Analysis(minInvocations=20, maxTokensPerInvocation=99.9996)
+    canary = calls(10_000, tokens=999_996)
+    passed = step(budgets, canary, elapsed_s=STEP_S)
+    assert passed.outcome is Outcome.PASS
+    assert passed.figures.canary.tokens_per_invocation == 100.0
+
+
 def test_a_window_breaking_two_budgets_at_its_end_names_both() -> None:
     budgets = Analysis(minInvocations=20, maxP95Ms=400, maxP95RatioToStable=2)
     failed = step(budgets, middling(40), elapsed_s=STEP_S)

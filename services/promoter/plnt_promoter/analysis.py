@@ -11,13 +11,13 @@ the latest one (``plnt_common.figures.window``). Every tick the promoter asks
   budget even if every remaining call succeeded; the same for calls certainly slower than
   ``maxP95Ms`` (above 5 % of the count) and for tokens and cost (above the mean budget
   times the count). The ratio to the stable is judged only at the step's end.
-- At the end of the interval the expected calls are the calls seen (the observed rate
-  times the interval, and no fewer than ``minInvocations`` calls judged), so the same
-  comparisons judge the whole window's error rate, mean tokens and mean cost: each budget
-  is decided in one place, ``certainly_broken``. Only the end judges the p95 interpolated
-  from the buckets and its ratio to the stable's (``broken_budgets``). With fewer canary
-  calls than ``minInvocations``, wait up to one more interval for them, then fail with
-  "not enough traffic": a step never passes on no data.
+- At the end of the interval the expected calls are the calls seen (a step is judged on
+  no fewer than ``minInvocations``), so the same comparisons judge the whole window's
+  error rate, mean tokens and mean cost: each of those budgets is decided in one place,
+  ``certainly_broken``. The end alone judges the p95 interpolated from the buckets and
+  its ratio to the stable's (``broken_budgets``). With fewer canary calls than
+  ``minInvocations``, wait up to one more interval for them, then fail with "not enough
+  traffic": a step never passes on no data.
 
 Imports no I/O library.
 """
