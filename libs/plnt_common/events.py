@@ -119,6 +119,12 @@ class SmokeFigures(_Data):
     golden: tuple[GoldenResult, ...] = Field(
         default=(), description="Each golden case's result, in the order the spec lists them."
     )
+    failure: Reason | None = Field(
+        default=None,
+        description="Why a failed smoke rolls back when it is not SmokeFailed: RunnerContract "
+        "when the canary missed a clause of the runner contract (named in reason).",
+        examples=["RunnerContract"],
+    )
 
 
 class RunRequested(_Data):

@@ -416,7 +416,8 @@ def _smoke_passed(current: _Draft, event: Envelope) -> dict[str, object]:
 
 def _smoke_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: SmokeVerdict = event.payload()
-    conditions = [(ConditionType.SMOKE_PASSED, False, Reason.SMOKE_FAILED, data.figures.reason)]
+    reason = data.figures.failure or Reason.SMOKE_FAILED
+    conditions = [(ConditionType.SMOKE_PASSED, False, reason, data.figures.reason)]
     return {
         "status": {
             "phase": Phase.ROLLING_BACK,

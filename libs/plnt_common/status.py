@@ -81,6 +81,8 @@ class Reason(StrEnum):
     """An operator moved traffic back to the previous revision (`plnt rollback`)."""
     GUARD_FAILED = "GuardFailed"
     """The promoted revision broke a guard budget; traffic went back to the previous one."""
+    RUNNER_CONTRACT = "RunnerContract"
+    """The canary missed a clause of the runner contract (docs/runner-contract.md)."""
 
 
 class ServingReason(StrEnum):

@@ -589,6 +589,15 @@ def test_a_failed_smoke_test_rolls_back_with_its_reason() -> None:
     assert projection.status.smoke.invocations == 3
 
 
+def test_a_canary_missing_the_runner_contract_rolls_back_with_that_reason() -> None:
+    missed = "runner contract v1: clause 3 invoke: response lacks the x-plnt-tokens header"
+    figures = SmokeFigures(passed=False, reason=missed, failure=Reason.RUNNER_CONTRACT)
+    failed = event(EventType.SMOKE_FAILED, SmokeVerdict(canary=canary(), figures=figures))
+    projection = apply_event(fold(happy_saga()[:3]), failed)
+    assert conditions_of(projection)["SmokePassed"] == ("False", "RunnerContract", missed)
+    assert projection.status.message == f"smoke test failed: {missed}"
+
+
 def test_a_step_past_its_deadline_rolls_back_saying_which_and_how_long() -> None:
     timed_out = event(EventType.STEP_TIMED_OUT, StepTimedOut(phase="Installing", deadline_s=300))
     projection = apply_event(fold(happy_saga()[:2]), timed_out)

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -28,7 +29,9 @@ from plnt_common.events import (
 )
 from plnt_common.resources import WorkflowRunSpec
 from plnt_common.status import Phase, Reason
+from plnt_smoke.adapters.contract import CONTRACT_INVOCATIONS
 from plnt_smoke.adapters.harness import SmokeHarness
+from plnt_smoke.contract import USAGE_FIELDS
 from plnt_smoke.handlers import SmokeHandlers
 from plnt_smoke.ports import SimilarityScorer, SimilarityUnavailable
 from plnt_testkit.events import run_requested
@@ -52,13 +55,54 @@ class Runner:
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
+REVISION = "1.0.0-g1"
+"""The canary revision ``installed`` names; a runner echoes it in ``x-plnt-revision``."""
+
+
 @contextlib.asynccontextmanager
 async def serving_invoke(invoke: Handler) -> AsyncIterator[str]:
-    """A real HTTP server answering ``POST /invoke`` with ``invoke``; yields its base URL."""
+    """A real HTTP server keeping the runner contract around ``invoke``, which sees every
+    JSON-object invocation (the smoke step's and the contract check's); yields its URL."""
+
+    async def contract_invoke(request: web.Request) -> web.StreamResponse:
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return web.json_response({"error": "send a JSON object"}, status=422)
+        answer = await invoke(request)
+        if answer.status != 200:
+            return answer
+        result = json.loads(answer.text or "{}")
+        output = result["output"]
+        reply = output.get("reply") if isinstance(output, dict) else None
+        result |= {"reply": reply, "usage": dict.fromkeys(USAGE_FIELDS, 0)}
+        if "text/event-stream" not in request.headers.get("Accept", ""):
+            return web.json_response(result, headers={"x-plnt-tokens": "0,0"})
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await stream.prepare(request)
+        await stream.write(f"event: result\ndata: {json.dumps(result)}\n\n".encode())
+        return stream
+
+    async def add_revision(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["x-plnt-revision"] = REVISION
+
+    async def metrics(request: web.Request) -> web.Response:
+        names = "plnt_invocations_total 1\nplnt_invocation_duration_seconds_count 1\n"
+        return web.Response(text=names)
+
     app = web.Application()
-    app.router.add_post("/invoke", invoke)
+    app.on_response_prepare.append(add_revision)
+    app.router.add_post("/invoke", contract_invoke)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
     async with TestServer(app, host="127.0.0.1") as server:
         yield str(server.make_url("")).rstrip("/")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
 
 
 @pytest.fixture
@@ -79,7 +123,7 @@ def installed(
         }
     )
     run = RunSnapshot(namespace="default", name=name, generation=generation, spec=spec)
-    canary = CanaryRef(revision="1.0.0-g1", release=f"{name}-g1", url=url)
+    canary = CanaryRef(revision=REVISION, release=f"{name}-g1", url=url)
     return follow_up(
         run_requested(run),
         EventType.CANARY_INSTALLED,
@@ -136,7 +180,7 @@ async def test_a_current_saga_is_invoked_and_passes(
     event = installed("current", url)
     await advance_latest_saga(bus, "default", "current", event.sagaid)
     await handle(bus, event)
-    assert fake.calls == 3
+    assert fake.calls == 3 + CONTRACT_INVOCATIONS
     assert await smoke_events(bus, "current") == [EventType.SMOKE_PASSED]
     await bus.close()
 
@@ -290,5 +334,5 @@ async def test_golden_cases_share_the_concurrency_limit_of_the_invocations(
     async with serving_invoke(runner.invoke) as url:
         kind, _ = await verdict_of(nats_url, url, cases, WordOverlap())
     assert kind is EventType.SMOKE_PASSED
-    assert len(runner.bodies) == 6  # 3 invocations and 3 cases
+    assert len(runner.bodies) == 6 + CONTRACT_INVOCATIONS  # 3 invocations and 3 cases
     assert runner.most_in_flight == 2  # the handler's concurrency

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from plnt_cli import arguments, commands
+from plnt_cli import arguments, commands, runner
 from plnt_cli.locate import resolve_nats_url
 from plnt_cli.operate import operate
 from plnt_cli.serve import SERVICES, service_main
@@ -151,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run one service in the foreground")
     serve.add_argument("service", choices=sorted(SERVICES))
+
+    runner.add_parser(sub)
     return parser
 
 
@@ -182,6 +184,8 @@ def dispatch(args: argparse.Namespace) -> int:
             nats_cluster=args.nats_cluster,
         )
         return run_up(config, say=say)
+    if command == "runner":
+        return runner.run_check(args, say=say)
     if command == "demo":
         from plnt_cli.demo import run_demo
 

@@ -85,7 +85,7 @@ class PromoterHandlers:
                 )
             case EventType.SMOKE_FAILED:
                 verdict: SmokeVerdict = event.payload()
-                reason = (
+                reason = verdict.figures.failure or (
                     Reason.SUPERSEDED
                     if verdict.figures.reason == Reason.SUPERSEDED
                     else Reason.SMOKE_FAILED

@@ -8,6 +8,7 @@ from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
 from plnt_common.events import (
     CanaryInstalled,
+    CanaryRef,
     Envelope,
     EventType,
     SmokeFigures,
@@ -21,9 +22,8 @@ from plnt_common.resources import SmokeTest
 from plnt_common.saga import SagaState
 from plnt_common.status import Reason
 from plnt_common.tasks import discard, discarded_on_error
-from plnt_smoke import golden, logic
+from plnt_smoke import contract, golden, logic
 from plnt_smoke.adapters.harness import SmokeHarness
-from plnt_smoke.logic import Sample
 from plnt_smoke.ports import SimilarityScorer, SimilarityUnavailable
 
 log = get_logger(__name__)
@@ -51,7 +51,7 @@ class SmokeHandlers:
         # The saga check runs alongside the invocations rather than before them: waiting
         # would add a round trip to every deploy, while a saga that ended meanwhile (rare)
         # cancels the invocations as soon as the check answers.
-        invoking = asyncio.ensure_future(self._smoke(data.canary.url, budget))
+        invoking = asyncio.ensure_future(self._smoke(data.canary, budget))
         async with discarded_on_error(invoking):
             state = await observe_saga(self._bus, event)
         if state is SagaState.ENDED:
@@ -62,25 +62,29 @@ class SmokeHandlers:
             figures = SmokeFigures(passed=False, reason=Reason.SUPERSEDED.value)
             await self._publish(event, data, figures)
             return
-        samples, golden_results = await invoking
-        figures = logic.judge(samples, budget, golden_results)
+        figures = await invoking
         SIDE_EFFECTS.labels(SERVICE, "smoke_run").inc()
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         log.info(
             "smoke.judged",
             passed=figures.passed,
-            golden_failed=[result.name for result in golden_results if not result.passed],
+            golden_failed=[result.name for result in figures.golden if not result.passed],
             p50_ms=figures.p50_ms,
             p95_ms=figures.p95_ms,
             error_percent=figures.error_percent,
         )
         await self._publish(event, data, figures)
 
-    async def _smoke(
-        self, url: str, budget: SmokeTest
-    ) -> tuple[list[Sample], tuple[GoldenResult, ...]]:
-        """The latency invocations and the golden cases, sent side by side within one
-        concurrency limit."""
+    async def _smoke(self, canary: CanaryRef, budget: SmokeTest) -> SmokeFigures:
+        """The runner contract's clauses 2-6 first: a canary that misses one fails without
+        a budget invocation. Then the latency invocations and the golden cases, sent side
+        by side within one concurrency limit."""
+        url, payload = canary.url, budget.payload or {}
+        clauses = await self._harness.contract(url=url, payload=payload, revision=canary.revision)
+        misses = contract.describe_misses(clauses)
+        if misses:
+            log.info("smoke.contract_missed", reason=misses)
+            return logic.contract_missed(misses)
         slots = asyncio.Semaphore(self._concurrency)
         samples, golden_results = await asyncio.gather(
             self._harness.invoke_many(
@@ -88,7 +92,7 @@ class SmokeHandlers:
             ),
             self._golden(url, budget.golden, slots),
         )
-        return samples, golden_results
+        return logic.judge(samples, budget, golden_results)
 
     async def _golden(
         self, url: str, cases: tuple[GoldenCase, ...], slots: asyncio.Semaphore

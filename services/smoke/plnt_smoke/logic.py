@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from plnt_common.events import SmokeFigures
 from plnt_common.golden import GoldenResult
 from plnt_common.resources import SmokeTest
+from plnt_common.status import Reason
 from plnt_smoke.golden import describe_failures
 
 
@@ -65,3 +66,9 @@ def judge(
         reason=reason,
         golden=golden,
     )
+
+
+def contract_missed(misses: str) -> SmokeFigures:
+    """The verdict on a canary that missed the runner contract (``misses`` names the
+    clauses): failed before any budget invocation, reason RunnerContract."""
+    return SmokeFigures(passed=False, reason=misses, failure=Reason.RUNNER_CONTRACT)

@@ -1,4 +1,5 @@
-"""Calls a canary's ``POST /invoke`` with bounded concurrency over one pooled session."""
+"""Calls a canary's ``POST /invoke`` with bounded concurrency over one pooled session, and
+checks it against the runner contract first."""
 
 import asyncio
 import json
@@ -8,6 +9,8 @@ from typing import Any
 
 import aiohttp
 
+from plnt_smoke.adapters.contract import RunnerUnreachable, check_served
+from plnt_smoke.contract import SERVED_CLAUSES, ClauseResult, missed, not_checked
 from plnt_smoke.golden import GoldenAnswer, reply_text
 from plnt_smoke.logic import Sample
 
@@ -24,6 +27,24 @@ class SmokeHarness:
     async def __aexit__(self, *exc: object) -> None:
         if self._session is not None:
             await self._session.close()
+
+    async def contract(
+        self, *, url: str, payload: dict[str, Any], revision: str
+    ) -> list[ClauseResult]:
+        """Clauses 2-6 of the runner contract against the canary; a canary that cannot be
+        reached misses clause 2 (never raised)."""
+        assert self._session is not None, "use SmokeHarness as an async context manager"
+        try:
+            return await check_served(
+                self._session,
+                url,
+                payload=payload,
+                revision=revision,
+                timeout_s=self._timeout.total or 30.0,
+            )
+        except RunnerUnreachable as exc:
+            healthz, *rest = SERVED_CLAUSES
+            return [missed(healthz, str(exc)), *not_checked(rest, "unreachable")]
 
     async def invoke_many(
         self, *, url: str, payload: dict[str, Any], invocations: int, slots: asyncio.Semaphore

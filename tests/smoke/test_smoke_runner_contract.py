@@ -1,0 +1,64 @@
+"""The smoke step checks the runner contract's clauses 2-6 before its budget test: against
+real runner processes (the standard-library example, and variants of it that break a
+clause) and a real nats-server."""
+
+from pathlib import Path
+
+import pytest
+from test_smoke_handlers import REVISION, handle, installed, smoke_verdicts
+
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.saga import advance_latest_saga
+from plnt_common.events import EventType, SmokeFigures, SmokeVerdict
+from plnt_common.status import Reason
+from plnt_testkit.stdlib_runner import broken_runner, running
+
+
+async def verdict(nats_url: str, name: str, url: str) -> tuple[EventType, SmokeFigures]:
+    bus = await Bus.open(nats_url, service="test")
+    event = installed(name, url)
+    await advance_latest_saga(bus, "default", name, event.sagaid)
+    await handle(bus, event)
+    (published,) = await smoke_verdicts(bus, name)
+    await bus.close()
+    data: SmokeVerdict = published.payload()
+    return published.event_type, data.figures
+
+
+async def test_a_runner_keeping_the_contract_goes_on_to_its_budget_test(nats_url: str) -> None:
+    async with running(revision=REVISION) as url:
+        kind, figures = await verdict(nats_url, "keeps", url)
+    assert kind is EventType.SMOKE_PASSED, figures.reason
+    assert figures.failure is None
+    assert figures.invocations == 3
+
+
+@pytest.mark.parametrize(
+    ("broken", "clause", "detail"),
+    [
+        ("no-tokens-header", "clause 3 invoke", "response lacks the x-plnt-tokens header"),
+        (
+            "no-result-event",
+            "clause 5 stream",
+            "stream has no result or error event (events: step, done)",
+        ),
+    ],
+    ids=["missing-x-plnt-tokens", "no-result-sse-event"],
+)
+async def test_a_canary_missing_a_clause_fails_runner_contract_naming_it_without_budget_calls(
+    nats_url: str, tmp_path: Path, broken: str, clause: str, detail: str
+) -> None:
+    async with running(broken_runner(tmp_path, broken), revision=REVISION) as url:
+        kind, figures = await verdict(nats_url, broken, url)
+    assert kind is EventType.SMOKE_FAILED
+    assert figures.failure is Reason.RUNNER_CONTRACT
+    assert figures.reason == f"runner contract v1: {clause}: {detail}"
+    assert figures.invocations == 0  # judged before the budget test
+
+
+async def test_a_canary_echoing_another_revision_misses_clause_3(nats_url: str) -> None:
+    async with running(revision="some-other-revision") as url:
+        kind, figures = await verdict(nats_url, "other", url)
+    assert kind is EventType.SMOKE_FAILED
+    assert figures.failure is Reason.RUNNER_CONTRACT
+    assert "clause 3 invoke: x-plnt-revision is 'some-other-revision'" in figures.reason
