@@ -43,7 +43,8 @@ class InstantReleaseBackend:
             revision=desired.revision,
             saga_id=saga_id,
             phase=ReleasePhase.READY,
-            url=self._url,
+            # one path per revision: the shared runner echoes it, as the runner contract asks
+            url=f"{self._url}/revisions/{desired.revision}",
         )
 
     async def uninstall(
