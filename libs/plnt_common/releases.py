@@ -68,6 +68,9 @@ class LlmConfig(BaseModel):
     input_price_per_mtok_usd: float = 0.0
     """US dollars per million prompt tokens; 0 counts calls as free."""
     output_price_per_mtok_usd: float = 0.0
+    structured_outputs: bool = False
+    """The endpoint takes OpenAI ``response_format`` json_schema (runner setting
+    ``PLNT_RUNNER_LLM_STRUCTURED_OUTPUTS``)."""
 
 
 class DesiredRelease(BaseModel):

@@ -429,6 +429,12 @@ class LlmEndpoint(_Model):
         description="US dollars per million completion tokens.",
         examples=[0.6],
     )
+    structured_outputs: bool = Field(
+        default=False,
+        alias="structuredOutputs",
+        description="The endpoint takes OpenAI response_format of type json_schema: steps "
+        "that ask for JSON send their schema there rather than in the system message.",
+    )
 
 
 class PlntBackendSpec(_Model):

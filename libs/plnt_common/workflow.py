@@ -1,6 +1,8 @@
 """The microagents ``Workflow`` spec (microagents.dev/v1) as pulled from a registry.
 
-Valid means: unique step ids, every dep exists, no cycles, known tools, bounded sizes.
+Valid means: unique step ids, every dep exists, no cycles, known tools, bounded sizes,
+``with`` keys its tool knows, templates that parse and read only their step's deps, and
+JSON Schemas (``spec.input``, ``with.output``) that are schemas.
 ``parse_workflow`` is the one entry point from bytes; it raises ``SpecInvalid`` with a
 message naming the problem.
 """
@@ -11,11 +13,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from plnt_common.errors import SpecInvalid
 from plnt_common.names import SEMVER, SHA256_PIN, check_dns_label
+from plnt_common.templating import TEMPLATE_KEYS, TemplateInvalid, check_template
 
 # libyaml's loader parses a spec ~10x faster than the pure-Python one; same safe subset
 SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -33,6 +38,9 @@ KNOWN_TOOLS = frozenset(
     {"llm.chat", "llm.classify", "rag.query", "llm.generate", "policy.moderate", "http.request"}
 )
 """The built-in tools; a step names one of them or one of the spec's own ``tools``."""
+LLM_TOOLS = frozenset({"llm.chat", "llm.classify", "rag.query", "llm.generate", "policy.moderate"})
+"""The built-in tools that ask the LLM: each takes ``system``, ``prompt``, ``model``,
+``temperature`` and ``max_tokens``."""
 TOOL_NAME = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)+$")
 """A code tool's name: dotted, like ``crm.lookup``."""
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -58,25 +66,116 @@ def _check_rag(step_id: str, config: Mapping[str, Any]) -> None:
 
 
 def _check_moderate(step_id: str, config: Mapping[str, Any]) -> None:
-    terms = config.get("blocked_terms", [])
-    if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+    for key in ("blocked_terms", "rules"):
+        terms = config.get(key, [])
+        if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+            raise ValueError(
+                f"step {step_id!r} (policy.moderate): with.{key} must be a list of text"
+            )
+
+
+def _check_classify(step_id: str, config: Mapping[str, Any]) -> None:
+    labels = config.get("labels", list(DEFAULT_LABELS))
+    if (
+        not isinstance(labels, list)
+        or not labels
+        or not all(isinstance(label, str) and label for label in labels)
+        or len(set(labels)) != len(labels)
+    ):
         raise ValueError(
-            f"step {step_id!r} (policy.moderate): with.blocked_terms must be a list of text"
+            f"step {step_id!r} (llm.classify): with.labels must be a non-empty list of "
+            "distinct, non-empty texts"
         )
 
+
+def _check_chat(step_id: str, config: Mapping[str, Any]) -> None:
+    if "output" not in config:
+        return
+    schema = config["output"]
+    problem = schema_problem(schema)
+    if problem:
+        raise ValueError(
+            f"step {step_id!r} (llm.chat): with.output is not a JSON Schema: {problem}"
+        )
+
+
+_LLM_KEYS = frozenset({"system", "prompt", "model", "temperature", "max_tokens"})
+TOOL_WITH_KEYS: dict[str, frozenset[str]] = {
+    "llm.chat": _LLM_KEYS | {"output"},
+    "llm.classify": _LLM_KEYS | {"labels"},
+    "llm.generate": _LLM_KEYS,
+    "policy.moderate": _LLM_KEYS | {"rules", "blocked_terms"},
+    "rag.query": _LLM_KEYS | {"documents", "top_k", "query"},
+    "http.request": frozenset({"url"}),
+}
+"""The ``with`` keys each built-in tool reads; any other key is refused at pull time, so
+nothing in a spec is silently ignored. A code tool takes any ``with``."""
+
+DEFAULT_LABELS = ("positive", "negative", "mixed", "neutral")
+"""The labels ``llm.classify`` chooses from when its step names none."""
 
 TOOL_CONFIG_CHECKS: dict[str, Callable[[str, Mapping[str, Any]], None]] = {
     "http.request": _check_http,
     "rag.query": _check_rag,
     "policy.moderate": _check_moderate,
+    "llm.classify": _check_classify,
+    "llm.chat": _check_chat,
 }
 """What each tool needs in ``with``: checked at pull time, so a runner never starts on it."""
+
+
+def _check_llm_keys(
+    step_id: str, tool: str, config: Mapping[str, Any], deps: tuple[str, ...]
+) -> None:
+    """The keys every LLM tool shares: templates that parse and read only the step's deps,
+    a model name, a temperature and a token limit of the right types."""
+    for key in TEMPLATE_KEYS:
+        if key not in config:
+            continue
+        source = config[key]
+        if not isinstance(source, str):
+            raise ValueError(f"step {step_id!r} ({tool}): with.{key} must be a text template")
+        try:
+            check_template(source, deps=deps)
+        except TemplateInvalid as exc:
+            raise ValueError(f"step {step_id!r} ({tool}): with.{key}: {exc}") from None
+    model = config.get("model", "x")
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"step {step_id!r} ({tool}): with.model must be a model name")
+    temperature = config.get("temperature", 0)
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        raise ValueError(f"step {step_id!r} ({tool}): with.temperature must be a number")
+    if not 0 <= temperature <= 2:
+        raise ValueError(f"step {step_id!r} ({tool}): with.temperature must be between 0 and 2")
+    max_tokens = config.get("max_tokens", 1)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"step {step_id!r} ({tool}): with.max_tokens must be an integer >= 1")
+
+
+def schema_problem(schema: Any) -> str:
+    """Why ``schema`` is not a JSON Schema (draft 2020-12), or "" when it is one."""
+    if not isinstance(schema, dict | bool):
+        return f"a schema is an object, got {type(schema).__name__}"
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = _json_path(exc.path)
+        return f"{exc.message} (at {where})" if where != "$" else exc.message
+    return ""
+
+
+def _json_path(path: Any) -> str:
+    """``$.a[0].b``: a JSON path to a place in a document or a schema."""
+    text = "$"
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
 
 
 TOOL_TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "llm.generate": ("text",),
     "rag.query": ("guidance",),
-    "llm.classify": ("sentiment", "topic"),
+    "llm.classify": ("label",),
     "policy.moderate": (),
 }
 """Text fields of each built-in tool's output (``http.request`` returns whatever it is sent)."""
@@ -221,6 +320,17 @@ class Step(_Frozen):
 
     @model_validator(mode="after")
     def _with_fits_the_tool(self) -> "Step":
+        allowed = TOOL_WITH_KEYS.get(self.tool)
+        if allowed is None:  # a code tool: its with is its own business
+            return self
+        unknown = sorted(set(self.with_) - allowed)
+        if unknown:
+            raise ValueError(
+                f"step {self.id!r} ({self.tool}): unknown with key {unknown[0]!r} "
+                f"(known: {', '.join(sorted(allowed))})"
+            )
+        if self.tool in LLM_TOOLS:
+            _check_llm_keys(self.id, self.tool, self.with_, self.deps)
         check = TOOL_CONFIG_CHECKS.get(self.tool)
         if check is not None:
             check(self.id, self.with_)
@@ -267,6 +377,14 @@ class WorkflowSpec(_Frozen):
     @model_validator(mode="after")
     def _steps_form_a_dag(self) -> "WorkflowSpec":
         topological_order(self.steps)
+        return self
+
+    @model_validator(mode="after")
+    def _input_is_a_schema(self) -> "WorkflowSpec":
+        if self.input is not None:
+            problem = schema_problem(self.input)
+            if problem:
+                raise ValueError(f"input is not a JSON Schema: {problem}")
         return self
 
     @model_validator(mode="after")
@@ -381,7 +499,13 @@ def parse_workflow(raw: bytes) -> Workflow:
 def describe_validation_error(exc: ValidationError) -> str:
     """One line per problem, ``field.path: message``, for users rather than developers."""
     parts = []
-    for error in exc.errors():
+    errors = exc.errors()
+    for error in errors:
+        if error["type"] == "too_short" and any(
+            other["loc"][: len(error["loc"])] == error["loc"] and other is not error
+            for other in errors
+        ):
+            continue  # "steps: at least 1 item" only because the one step was refused
         location = _field_path(error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         parts.append(f"{location}: {message}" if location else message)

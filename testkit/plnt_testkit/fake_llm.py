@@ -4,8 +4,15 @@ It implements what plnt depends on from the chat completions API: ``POST
 /v1/chat/completions`` (plain, and streamed as ``text/event-stream`` chunks, one per word,
 with the usage chunk when ``stream_options.include_usage`` asks for it, ending in
 ``data: [DONE]``) and ``GET /v1/models``, with bearer auth, a fixed latency, a failure mode
-and a request counter. It is for tests and demos; it understands no prompt and generates
-nothing: the reply is a fixed text, or whatever ``reply`` computes from the messages.
+and a request counter. It keeps every request (``received``: the messages, model,
+temperature, max_tokens and response_format it was sent) so tests can assert on prompts.
+
+What it answers: a fixed text, or whatever ``reply`` computes from the messages; by
+default, JSON matching the schema when the request asks for one (``response_format`` of
+type ``json_schema``, or a schema in the system message as plnt's runner words it when the
+backend has no structured outputs), else an echo of the last user message.
+``invalid_answers`` makes the next N schema requests answer JSON that does not match, to
+exercise a client's repair request.
 
     async with FakeLLM(latency_s=0.05, api_key="sk-test") as llm:
         settings = RunnerSettings(workflow_file=..., llm_base_url=llm.base_url, ...)
@@ -27,6 +34,8 @@ from typing import Any
 
 from aiohttp import web
 
+from plnt_runner.offline import instance_of, schema_in_instructions
+
 Replier = Callable[[Sequence[dict[str, Any]]], str]
 _CHUNK = re.compile(r"\S+\s*")
 
@@ -37,6 +46,35 @@ class ReceivedRequest:
 
     body: dict[str, Any]
     authorization: str
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages = self.body.get("messages")
+        return messages if isinstance(messages, list) else []
+
+    @property
+    def system(self) -> str:
+        """The system messages' text, joined by newlines."""
+        return "\n".join(
+            str(m.get("content", "")) for m in self.messages if m.get("role") == "system"
+        )
+
+    @property
+    def user(self) -> str:
+        """The first user message's text: the prompt the call was made for."""
+        return next(
+            (str(m.get("content", "")) for m in self.messages if m.get("role") == "user"), ""
+        )
+
+    @property
+    def text(self) -> str:
+        """Every message's text, joined: what to search for words that must not be sent."""
+        return "\n".join(str(m.get("content", "")) for m in self.messages)
+
+    @property
+    def schema(self) -> Any:
+        """The JSON Schema of ``response_format`` (type json_schema), else None."""
+        return _response_schema(self.body)
 
 
 @contextmanager
@@ -66,7 +104,10 @@ def echo_reply(messages: Sequence[dict[str, Any]]) -> str:
 class FakeLLM:
     """An async context manager running the fake server; ``base_url`` ends in ``/v1``.
 
-    ``reply`` is a fixed text or a function of the messages. ``fail_status`` (settable while
+    ``reply`` is a fixed text or a function of the messages; None answers schema-valid JSON
+    to a request that asks for a schema and echoes otherwise. ``invalid_answers`` (settable
+    while running) is how many of the next schema requests get JSON that does not match.
+    ``fail_status`` (settable while
     running) makes every chat request answer that status with an OpenAI-style error body.
     ``chunk_delay_s`` spaces streamed chunks. ``request_count`` counts chat requests
     (including refused ones); ``received`` keeps the last 100 of them.
@@ -77,8 +118,9 @@ class FakeLLM:
         *,
         latency_s: float = 0.0,
         api_key: str = "",
-        reply: str | Replier = echo_reply,
+        reply: str | Replier | None = None,
         fail_status: int | None = None,
+        invalid_answers: int = 0,
         chunk_delay_s: float = 0.0,
         models: Sequence[str] = ("fake-model",),
     ) -> None:
@@ -86,6 +128,7 @@ class FakeLLM:
         self.api_key = api_key
         self.reply = reply
         self.fail_status = fail_status
+        self.invalid_answers = invalid_answers
         self.chunk_delay_s = chunk_delay_s
         self.models = tuple(models)
         self.request_count = 0
@@ -151,7 +194,7 @@ class FakeLLM:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "invalid_request_error", "messages must be a non-empty list")
-        text = self.reply if isinstance(self.reply, str) else self.reply(messages)
+        text = self._answer(body, messages)
         model = str(body.get("model", self.models[0]))
         usage = _usage(messages, text)
         if body.get("stream"):
@@ -174,6 +217,22 @@ class FakeLLM:
                 "usage": usage,
             }
         )
+
+    def _answer(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> str:
+        if isinstance(self.reply, str):
+            return self.reply
+        if self.reply is not None:
+            return self.reply(messages)
+        received = ReceivedRequest(body, "")
+        schema = received.schema
+        if schema is None:
+            schema = schema_in_instructions(received.system)
+        if schema is None:
+            return echo_reply(messages)
+        if self.invalid_answers > 0:
+            self.invalid_answers -= 1
+            return invalid_answer(schema, text=received.user)
+        return json.dumps(instance_of(schema, text=received.user))
 
     async def _stream(
         self, request: web.Request, model: str, text: str, usage: dict[str, int] | None
@@ -212,6 +271,32 @@ class FakeLLM:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _response_schema(body: dict[str, Any]) -> Any:
+    response_format = body.get("response_format")
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    json_schema = response_format.get("json_schema")
+    return json_schema.get("schema") if isinstance(json_schema, dict) else None
+
+
+def invalid_answer(schema: Any, *, text: str) -> str:
+    """JSON that does not match ``schema``: its first typed or enumerated property given a
+    value of the wrong kind (so the error names that property's path), else not JSON."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(properties, dict):
+        for name, sub in properties.items():
+            if isinstance(sub, dict) and ("enum" in sub or "type" in sub):
+                value = instance_of(schema, text=text)
+                if "enum" in sub:
+                    value[name] = "not-one-of-them"
+                elif sub.get("type") in ("integer", "number"):
+                    value[name] = "not-a-number"
+                else:
+                    value[name] = 12345
+                return json.dumps(value)
+    return "this is not JSON"
 
 
 def _usage(messages: Sequence[dict[str, Any]], text: str) -> dict[str, int]:

@@ -50,7 +50,7 @@ class Recorder:
     def registry(self, *, cacheable: bool = False) -> dict[str, Tool]:
         return {
             name: self.tool(name, cacheable=cacheable)
-            for name in ("llm.classify", "rag.query", "llm.generate", "policy.moderate")
+            for name in ("fake.classify", "fake.query", "fake.generate", "fake.moderate")
         } | {"http.request": self.tool("http.request")}
 
 
@@ -72,10 +72,10 @@ def executor_for(
 
 
 DIAMOND: list[dict[str, Any]] = [
-    {"id": "start", "tool": "llm.classify"},
-    {"id": "left", "tool": "rag.query", "deps": ["start"], "with": {"sleep": 0.1}},
-    {"id": "right", "tool": "rag.query", "deps": ["start"], "with": {"sleep": 0.1}},
-    {"id": "join", "tool": "llm.generate", "deps": ["left", "right"]},
+    {"id": "start", "tool": "fake.classify"},
+    {"id": "left", "tool": "fake.query", "deps": ["start"], "with": {"sleep": 0.1}},
+    {"id": "right", "tool": "fake.query", "deps": ["start"], "with": {"sleep": 0.1}},
+    {"id": "join", "tool": "fake.generate", "deps": ["left", "right"]},
 ]
 
 
@@ -93,11 +93,11 @@ async def test_diamond_of_two_100ms_steps_runs_both_branches_concurrently() -> N
 
 async def test_each_step_starts_after_all_its_deps_and_sees_exactly_their_outputs() -> None:
     steps: list[dict[str, Any]] = [
-        {"id": "e", "tool": "llm.generate", "deps": ["c", "d"]},
-        {"id": "c", "tool": "rag.query", "deps": ["a"], "with": {"sleep": 0.03}},
-        {"id": "d", "tool": "rag.query", "deps": ["a", "b"], "with": {"sleep": 0.01}},
-        {"id": "a", "tool": "llm.classify", "with": {"sleep": 0.02}},
-        {"id": "b", "tool": "llm.classify"},
+        {"id": "e", "tool": "fake.generate", "deps": ["c", "d"]},
+        {"id": "c", "tool": "fake.query", "deps": ["a"], "with": {"sleep": 0.03}},
+        {"id": "d", "tool": "fake.query", "deps": ["a", "b"], "with": {"sleep": 0.01}},
+        {"id": "a", "tool": "fake.classify", "with": {"sleep": 0.02}},
+        {"id": "b", "tool": "fake.classify"},
     ]
     recorder = Recorder()
     invocation = await executor_for(steps, recorder.registry()).run({"review": "x"})
@@ -117,15 +117,15 @@ async def test_each_step_starts_after_all_its_deps_and_sees_exactly_their_output
 
 async def test_failing_step_fails_the_invocation_naming_it_and_cancels_running_steps() -> None:
     steps: list[dict[str, Any]] = [
-        {"id": "start", "tool": "llm.classify"},
+        {"id": "start", "tool": "fake.classify"},
         {
             "id": "doomed",
-            "tool": "rag.query",
+            "tool": "fake.query",
             "deps": ["start"],
             "with": {"fail": "model said no", "sleep": 0.01},
         },
-        {"id": "slow", "tool": "rag.query", "deps": ["start"], "with": {"sleep": 5}},
-        {"id": "after", "tool": "llm.generate", "deps": ["doomed", "slow"]},
+        {"id": "slow", "tool": "fake.query", "deps": ["start"], "with": {"sleep": 5}},
+        {"id": "after", "tool": "fake.generate", "deps": ["doomed", "slow"]},
     ]
     recorder = Recorder()
     started = time.perf_counter()
@@ -134,22 +134,24 @@ async def test_failing_step_fails_the_invocation_naming_it_and_cancels_running_s
 
     assert time.perf_counter() - started < 1.0
     assert caught.value.step == "doomed"
-    assert caught.value.tool == "rag.query"
-    assert str(caught.value) == "step 'doomed' (rag.query) failed: model said no"
+    assert caught.value.tool == "fake.query"
+    assert str(caught.value) == "step 'doomed' (fake.query) failed: model said no"
     assert recorder.cancelled == ["slow"]
     assert "after" not in recorder.inputs
 
 
 async def test_step_over_its_deadline_fails_with_a_timeout_naming_it() -> None:
-    steps: list[dict[str, Any]] = [{"id": "stuck", "tool": "llm.generate", "with": {"sleep": 2}}]
+    steps: list[dict[str, Any]] = [{"id": "stuck", "tool": "fake.generate", "with": {"sleep": 2}}]
     with pytest.raises(
-        StepFailed, match=r"step 'stuck' \(llm.generate\) failed: timed out after 0.05s"
+        StepFailed, match=r"step 'stuck' \(fake.generate\) failed: timed out after 0.05s"
     ):
         await executor_for(steps, Recorder().registry(), timeout=0.05).run({})
 
 
 async def test_a_crashing_tool_is_reported_with_its_exception_type() -> None:
-    steps: list[dict[str, Any]] = [{"id": "buggy", "tool": "llm.classify", "with": {"crash": True}}]
+    steps: list[dict[str, Any]] = [
+        {"id": "buggy", "tool": "fake.classify", "with": {"crash": True}}
+    ]
     with pytest.raises(StepFailed, match="ZeroDivisionError: division by zero") as caught:
         await executor_for(steps, Recorder().registry()).run({})
     assert caught.value.step == "buggy"
@@ -157,7 +159,7 @@ async def test_a_crashing_tool_is_reported_with_its_exception_type() -> None:
 
 async def test_cancelling_an_invocation_cancels_its_running_steps() -> None:
     recorder = Recorder()
-    steps: list[dict[str, Any]] = [{"id": "slow", "tool": "llm.classify", "with": {"sleep": 5}}]
+    steps: list[dict[str, Any]] = [{"id": "slow", "tool": "fake.classify", "with": {"sleep": 5}}]
     task = asyncio.create_task(executor_for(steps, recorder.registry()).run({}))
     await asyncio.sleep(0.02)
     task.cancel()
@@ -213,7 +215,7 @@ async def test_cache_serves_a_repeated_input_without_calling_the_tool_again() ->
 async def test_cache_keys_include_the_spec_digest() -> None:
     recorder = Recorder()
     cache = StepCache(max_entries=100)
-    steps: list[dict[str, Any]] = [{"id": "only", "tool": "llm.classify"}]
+    steps: list[dict[str, Any]] = [{"id": "only", "tool": "fake.classify"}]
     await executor_for(
         steps, recorder.registry(cacheable=True), cache=cache, digest="sha256:a"
     ).run({})

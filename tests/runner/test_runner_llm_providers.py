@@ -15,12 +15,12 @@ from plnt_runner.adapters.openai_chat import OpenAIChatProvider
 from plnt_runner.errors import LLMUnavailable
 from plnt_runner.offline import OfflineProvider
 from plnt_runner.ports import LLMProvider
-from plnt_runner.prompts import Task, build_messages
+from plnt_runner.prompts import messages
 from plnt_runner.usage import TokenUsage
 from plnt_testkit.fake_llm import FakeLLM
 
-MESSAGES = build_messages(
-    task=Task.DRAFT, payload={"message": "Lovely coffee but a long wait", "brand_voice": "warm"}
+MESSAGES = messages(
+    "Write a short answer to the message.", "Lovely coffee but a long wait. Style: warm"
 )
 
 

@@ -4,13 +4,14 @@ import json
 from typing import Any
 
 import pytest
-from runner_support import EXAMPLE_BODY, EXAMPLE_WORKFLOW
+from runner_support import EXAMPLE_BODY, EXAMPLE_WORKFLOW, REPO
 
 from plnt_common.workflow import parse_workflow
 from plnt_runner.executor import Executor
-from plnt_runner.heuristics import Lexicon, LexiconInvalid, compose_reply, moderate, read_message
-from plnt_runner.offline import LEXICON, OFFLINE_PREFIX, OfflineProvider, answer
-from plnt_runner.prompts import Task, build_messages
+from plnt_runner.heuristics import Lexicon, LexiconInvalid, acknowledge, moderate, read_message
+from plnt_runner.offline import LEXICON, OFFLINE_PREFIX, OfflineProvider, answer, instance_of
+from plnt_runner.ports import CallOptions
+from plnt_runner.prompts import label_schema, messages, schema_instructions
 from plnt_runner.response import invocation_body
 from plnt_runner.tools import build_tools
 
@@ -26,7 +27,7 @@ async def run_example(body: dict[str, Any]) -> dict[str, Any]:
     executor = Executor(
         workflow=workflow,
         digest="sha256:example",
-        tools=build_tools(llm=provider, http=NoHttp()),
+        tools=build_tools(llm=provider, http=NoHttp(), vars=workflow.spec.vars),
         cache=None,
         step_timeout_s=5,
     )
@@ -58,14 +59,18 @@ async def test_example_workflow_drafts_a_readable_on_topic_reply() -> None:
         "reasons": [],
         "provider": "offline",
     }
-    classification = result["steps"]["classify_intent"]["output"]
-    assert classification["sentiment"] == "mixed"
-    assert classification["topic"] == "parking"
+    assert result["steps"]["classify_intent"]["output"] == {"label": "mixed"}
     guidance = result["steps"]["retrieve_brand_voice"]["output"]["guidance"]
     assert guidance.startswith(OFFLINE_PREFIX)
-    assert "warm, concise, first-person plural" in guidance
-    assert all(step["output"]["provider"] == "offline" for step in result["steps"].values())
+    labelled = [s["output"] for s in result["steps"].values() if "provider" in s["output"]]
+    assert len(labelled) == 3
+    assert all(output["provider"] == "offline" for output in labelled)
     assert result["provider"] == "offline"
+
+
+def test_the_tests_example_is_the_example_spec_byte_for_byte() -> None:
+    example = REPO / "examples" / "registry" / "review-responder" / "1.2.0" / "workflow.yaml"
+    assert example.read_bytes() == EXAMPLE_WORKFLOW
 
 
 async def test_offline_answers_are_deterministic_across_instances() -> None:
@@ -93,13 +98,13 @@ def test_reading_finds_sentiment_and_main_topic(text: str, sentiment: str, topic
     assert (reading.sentiment, reading.topic) == (sentiment, topic)
 
 
-def test_reply_follows_the_brand_voice() -> None:
+def test_an_acknowledgement_follows_the_style_asked_for() -> None:
     reading = read_message("Rude staff and a long wait", lexicon=LEXICON)
-    formal = compose_reply(reading=reading, voice="formal, first-person singular")
+    formal = acknowledge(reading=reading, style="formal, first-person singular", lexicon=LEXICON)
     assert "!" not in formal
     assert "I would" in formal
     assert "We" not in formal
-    chatty = compose_reply(reading=reading, voice="warm")
+    chatty = acknowledge(reading=reading, style="warm", lexicon=LEXICON)
     assert chatty.startswith("Thank you so much")
     assert "rude staff" in chatty
     assert "long wait" in chatty
@@ -117,29 +122,50 @@ def test_reply_follows_the_brand_voice() -> None:
     ],
     ids=["phone", "email", "refund", "insult", "empty", "blocked-term"],
 )
-def test_moderation_refuses_drafts_for_a_stated_reason(draft: str, reason: str) -> None:
-    reasons = moderate(draft=draft, blocked_terms=["valet"], lexicon=LEXICON)
+def test_moderation_refuses_texts_for_a_stated_reason(draft: str, reason: str) -> None:
+    reasons = moderate(text=draft, blocked_terms=["valet"], lexicon=LEXICON)
     assert any(reason in r for r in reasons), reasons
 
 
-def test_moderation_allows_a_plain_polite_reply() -> None:
-    assert moderate(draft="Thank you for visiting us!", blocked_terms=[], lexicon=LEXICON) == []
+def test_moderation_allows_a_plain_polite_text() -> None:
+    assert moderate(text="Thank you for visiting us!", blocked_terms=[], lexicon=LEXICON) == []
 
 
-def test_offline_classify_answer_is_json_and_other_prompts_say_how_to_go_online() -> None:
-    classified = json.loads(
-        answer(build_messages(task=Task.CLASSIFY, payload={"message": "Nice room"}))
-    )
-    assert classified == {
-        "sentiment": "positive",
-        "topic": "room",
-        "praise": ["room"],
-        "concerns": [],
-    }
+def test_offline_answers_a_schema_with_matching_json_and_other_prompts_with_a_note() -> None:
+    labels = ["billing", "bugs", "room", "positive"]
+    asked = messages("Sort this.", "Nice room")
+    chosen = json.loads(answer(asked, CallOptions(schema=label_schema(labels))))
+    assert chosen == {"label": "positive"}  # the reading's sentiment beats the topic
+    chosen = json.loads(answer(asked, CallOptions(schema=label_schema(labels[:3]))))
+    assert chosen == {"label": "room"}  # then the topic, by the lexicon's keywords
+    in_words = messages("Sort this.\n\n" + schema_instructions(label_schema(labels[:2])), "x")
+    assert json.loads(answer(in_words)) == {"label": "billing"}  # nothing matches: the first
 
     other = answer([{"role": "user", "content": "What is plnt?"}])
     assert other.startswith(OFFLINE_PREFIX)
     assert "PLNT_RUNNER_LLM_BASE_URL" in other
+
+
+def test_a_minimal_instance_fills_what_the_schema_requires() -> None:
+    schema = {
+        "type": "object",
+        "required": ["queue", "priority", "tags", "urgent"],
+        "properties": {
+            "queue": {"enum": ["billing", "bugs", "sales"]},
+            "priority": {"type": "integer", "minimum": 1, "maximum": 5},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "urgent": {"type": "boolean"},
+            "note": {"type": "string", "maxLength": 12},
+        },
+        "additionalProperties": False,
+    }
+    value = instance_of(schema, text="The app shows bugs after the update")
+    assert value["queue"] == "bugs"
+    assert value["priority"] == 1
+    assert len(value["tags"]) == 1
+    assert value["urgent"] is True
+    assert len(value["note"]) <= 12
+    assert instance_of(schema, text="Mail jane@example.com")["urgent"] is False
 
 
 def test_the_words_come_from_the_lexicon_not_the_rules() -> None:

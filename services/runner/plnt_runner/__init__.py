@@ -5,12 +5,23 @@
 LLM-backed steps are cached by (spec digest, step, input). This package does not deploy,
 route or scale anything: the saga, the router and the local backend do that.
 
+Public entry: ``plnt_runner.serve()`` runs the runner over the spec's steps and its own code
+tools (``spec.tools``, each ``module:function``), exactly as ``python -m plnt_runner`` does,
+so an image's own ``__main__`` can do its set-up and then serve::
+
+    import plnt_runner
+
+    if __name__ == "__main__":
+        configure_my_clients()
+        plnt_runner.serve()
+
 Layers: ``executor``, ``tools``, ``cache``, ``admission``, ``prompts``, ``heuristics`` and
-``offline`` do no I/O; ``adapters`` talk to the network and NVML; ``handlers`` and ``app``
-speak HTTP and wire the parts.
+``offline`` do no I/O; ``code_tools`` imports and calls the workflow's own functions;
+``adapters`` talk to the network and NVML; ``handlers`` and ``app`` speak HTTP and wire the
+parts.
 """
 
-from plnt_runner.app import create_app, main, serve
+from plnt_runner.app import create_app, main, serve, serve_app
 from plnt_runner.settings import RunnerSettings
 
-__all__ = ["RunnerSettings", "create_app", "main", "serve"]
+__all__ = ["RunnerSettings", "create_app", "main", "serve", "serve_app"]

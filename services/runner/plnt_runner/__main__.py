@@ -1,5 +1,5 @@
-"""``python -m plnt_runner``: the same as ``plnt serve runner``."""
+"""``python -m plnt_runner``: the same as ``plnt serve runner`` and ``plnt_runner.serve()``."""
 
-from plnt_runner.app import main
+from plnt_runner import serve
 
-main()
+serve()

@@ -1,8 +1,9 @@
 """Wiring of the runner process: load the workflow, build the executor, serve HTTP.
 
-``create_app`` returns the aiohttp application (routes in ``handlers``), ``serve`` runs it
-until SIGTERM or SIGINT and then shuts down gracefully, ``main`` is ``plnt serve runner``.
-No request handling and no workflow logic live here.
+``create_app`` returns the aiohttp application (routes in ``handlers``), ``serve_app`` runs
+it until SIGTERM or SIGINT and then shuts down gracefully, ``serve`` is the whole process
+(``python -m plnt_runner``, ``plnt serve runner``, and what an image's own ``__main__`` calls
+after its set-up). No request handling and no workflow logic live here.
 """
 
 import asyncio
@@ -11,7 +12,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -27,12 +28,13 @@ from plnt_runner.adapters.nvml import GpuProbe
 from plnt_runner.adapters.openai_chat import OpenAIChatProvider
 from plnt_runner.admission import Admission
 from plnt_runner.cache import StepCache
+from plnt_runner.code_tools import load_code_tools
 from plnt_runner.executor import Executor
 from plnt_runner.offline import OfflineProvider
 from plnt_runner.ports import LLMProvider
 from plnt_runner.settings import RunnerSettings
 from plnt_runner.state import RunnerState
-from plnt_runner.tools import build_tools
+from plnt_runner.tools import Tool, build_tools
 
 log = get_logger("plnt.runner")
 CUT_AFTER_DRAIN_S = 0.5
@@ -44,7 +46,8 @@ def create_app(settings: RunnerSettings, *, provider: LLMProvider | None = None)
 
     ``provider`` replaces the LLM provider chosen from settings (OpenAI-compatible when
     ``llm_base_url`` is set, offline otherwise). Raises ``SpecInvalid`` when the workflow file
-    cannot be read or is not a valid workflow this runner can execute.
+    cannot be read or is not a valid workflow this runner can execute, ``CodeToolMissing``
+    when a tool of ``spec.tools`` cannot be imported.
     """
     try:
         raw = settings.workflow_file.read_bytes()
@@ -53,6 +56,7 @@ def create_app(settings: RunnerSettings, *, provider: LLMProvider | None = None)
             f"cannot read workflow file {settings.workflow_file}: {exc.strerror or exc}"
         ) from None
     workflow = parse_workflow(raw)
+    code_tools = load_code_tools(workflow.spec.tools)  # at start: a missing one stops us now
     state = RunnerState(
         settings=settings,
         workflow=workflow,
@@ -65,7 +69,7 @@ def create_app(settings: RunnerSettings, *, provider: LLMProvider | None = None)
     )
     app[handlers.STATE] = state
     app[handlers.CALLS] = handlers.Calls()
-    app.cleanup_ctx.append(_runtime(provider))
+    app.cleanup_ctx.append(_runtime(provider, code_tools))
     app.on_response_prepare.append(handlers.add_revision_header)
     app.router.add_post("/invoke", handlers.invoke)
     app.router.add_get("/healthz", handlers.healthz)
@@ -74,7 +78,7 @@ def create_app(settings: RunnerSettings, *, provider: LLMProvider | None = None)
 
 
 def _runtime(
-    provider: LLMProvider | None,
+    provider: LLMProvider | None, code_tools: Mapping[str, Tool]
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """Startup and cleanup: one pooled client session for the LLM and ``http.request``,
     closed only after in-flight requests are done (aiohttp runs cleanup contexts last)."""
@@ -89,7 +93,15 @@ def _runtime(
             state.executor = Executor(
                 workflow=state.workflow,
                 digest=state.digest,
-                tools=build_tools(llm=llm, http=poster),
+                tools={
+                    **build_tools(
+                        llm=llm,
+                        http=poster,
+                        vars=state.workflow.spec.vars,
+                        structured_outputs=settings.llm_structured_outputs,
+                    ),
+                    **code_tools,
+                },
                 cache=state.cache,
                 step_timeout_s=settings.step_timeout_s,
             )
@@ -118,7 +130,7 @@ def _provider_from(settings: RunnerSettings, session: aiohttp.ClientSession) -> 
     )
 
 
-async def serve(settings: RunnerSettings) -> None:
+async def serve_app(settings: RunnerSettings) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting connections and let in-flight
     invocations finish (up to ``shutdown_timeout_s``).
 
@@ -216,23 +228,38 @@ def _url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def main() -> None:
-    """Entry point of ``plnt serve runner``: settings from ``PLNT_RUNNER_*``, exit 0 on a
-    signal-driven shutdown, 2 on bad settings, 1 on a bad workflow or an unusable port."""
-    try:
-        settings = RunnerSettings()
-    except ValidationError as exc:
-        print(f"plnt runner: invalid settings: {_describe_settings_error(exc)}", file=sys.stderr)
-        raise SystemExit(2) from None
+def serve(settings: RunnerSettings | None = None) -> None:
+    """Run plnt's runner over the workflow and its tools until SIGTERM or SIGINT: what
+    ``python -m plnt_runner`` and ``plnt serve runner`` do.
+
+    ``settings`` defaults to the ``PLNT_RUNNER_*`` environment. An image's own ``__main__``
+    may do its set-up first (logging, clients its tools share, ``sys.path``) and then call
+    this; the spec's code tools are imported here, after that set-up. It returns after a
+    signal-driven shutdown and raises ``SystemExit``: 2 on bad settings, 1 on a workflow it
+    cannot serve (a bad spec, a code tool whose module or function is missing) or an unusable
+    port, 130 on Ctrl-C during start-up.
+    """
+    if settings is None:
+        try:
+            settings = RunnerSettings()
+        except ValidationError as exc:
+            message = _describe_settings_error(exc)
+            print(f"plnt runner: invalid settings: {message}", file=sys.stderr)
+            raise SystemExit(2) from None
     configure_logging(level=settings.log_level, fmt=settings.log_format, service="runner")
     try:
-        event_loop.run(serve(settings))
+        event_loop.run(serve_app(settings))
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
         raise SystemExit(130) from None
     except (PlntError, OSError) as exc:
         log.error("runner_failed", cause=str(exc))
         print(f"plnt runner: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def main() -> None:
+    """Entry point of ``plnt serve runner``: ``serve()`` with the ``PLNT_RUNNER_*`` settings."""
+    serve()
 
 
 def _describe_settings_error(exc: ValidationError) -> str:

@@ -13,6 +13,18 @@ class ToolFailed(PlntError):
     reason = "ToolFailed"
 
 
+class OutputInvalid(ToolFailed):
+    """The model's answer did not match the step's output schema, asked twice."""
+
+    reason = "OutputInvalid"
+
+
+class CodeToolFailed(ToolFailed):
+    """A workflow's own tool raised, timed out, or returned something that is not JSON."""
+
+    reason = "CodeToolFailed"
+
+
 class LLMUnavailable(ToolFailed):
     """The LLM endpoint was unreachable, answered non-2xx, or sent an unreadable body."""
 

@@ -17,13 +17,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
 from plnt_common.errors import PlntError, SpecInvalid
 from plnt_common.logs import get_logger
 from plnt_common.metrics import STEP_DURATION
 from plnt_common.workflow import Reply, Step, Workflow, topological_order
 from plnt_runner.cache import StepCache
 from plnt_runner.errors import StepFailed
-from plnt_runner.tools import Tool, ToolContext
+from plnt_runner.tools import Tool, ToolContext, json_path
 from plnt_runner.usage import TokenUsage
 
 log = get_logger("plnt.runner.executor")
@@ -71,11 +74,23 @@ def canonical_json(value: Any) -> bytes:
 class _Plan:
     """What the executor precomputes per step so that running one costs next to nothing."""
 
-    __slots__ = ("config", "config_json", "dependents", "hist_error", "hist_ok", "step", "tool")
+    __slots__ = (
+        "config",
+        "config_json",
+        "dependents",
+        "hist_error",
+        "hist_ok",
+        "step",
+        "timeout_s",
+        "tool",
+    )
 
-    def __init__(self, *, step: Step, tool: Tool, workflow: str, dependents: list[str]) -> None:
+    def __init__(
+        self, *, step: Step, tool: Tool, workflow: str, dependents: list[str], timeout_s: float
+    ) -> None:
         self.step = step
         self.tool = tool
+        self.timeout_s = timeout_s
         self.config = dict(step.with_)
         self.config_json = canonical_json(self.config)
         self.dependents = dependents
@@ -110,17 +125,35 @@ class Executor:
             tool = tools.get(step.tool)
             if tool is None:
                 raise SpecInvalid(f"step {step.id!r} names tool {step.tool!r}, not available here")
+            code_tool = workflow.spec.code_tool(step.tool)
+            # A code tool has its own deadline; the runner's step deadline bounds it too.
+            timeout_s = min(step_timeout_s, code_tool.timeout_s) if code_tool else step_timeout_s
             self._plans[step.id] = _Plan(
                 step=step,
                 tool=tool,
                 workflow=workflow.metadata.name,
                 dependents=dependents[step.id],
+                timeout_s=timeout_s,
             )
         self._roots = [s.id for s in steps if not s.deps]
         self.sinks = [s.id for s in steps if not dependents[s.id]]
         """Steps no other step depends on: their outputs are the invocation's output."""
         self.reply: Reply = workflow.spec.reply_source()
         """The step and field whose output is the invocation's reply text."""
+        schema = workflow.spec.input
+        self._input = Draft202012Validator(schema) if schema is not None else None
+
+    def input_problem(self, body: Any) -> str | None:
+        """Why ``body`` does not match the spec's ``input`` schema (``at $.path: ...``), or
+        None when it matches or the spec declares none. Call it before ``run``."""
+        if self._input is None:
+            return None
+        error = best_match(self._input.iter_errors(body))
+        if error is None:
+            return None
+        return (
+            f"input does not match spec.input at {json_path(error.absolute_path)}: {error.message}"
+        )
 
     @property
     def order(self) -> list[str]:
@@ -203,12 +236,12 @@ class _Run:
 
         usage = TokenUsage()
         try:
-            async with asyncio.timeout(self.ex._timeout):
+            async with asyncio.timeout(plan.timeout_s):
                 output = await plan.tool.run(step_input, ToolContext(step_id, emit, usage))
         except TimeoutError:
             plan.hist_error.observe(time.perf_counter() - started)
             raise StepFailed(
-                step=step_id, tool=step.tool, cause=f"timed out after {self.ex._timeout:g}s"
+                step=step_id, tool=step.tool, cause=f"timed out after {plan.timeout_s:g}s"
             ) from None
         except PlntError as exc:
             plan.hist_error.observe(time.perf_counter() - started)

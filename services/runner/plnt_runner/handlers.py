@@ -103,6 +103,10 @@ async def invoke(request: web.Request) -> web.StreamResponse:
     if body is None:
         state.record(status="invalid", seconds=None)
         return _error(422, "BadRequest", problem)
+    mismatch = executor.input_problem(body)
+    if mismatch is not None:  # before any step runs: a bad body costs no LLM call
+        state.record(status="invalid", seconds=None)
+        return _error(422, "InputInvalid", mismatch)
     started = time.perf_counter()
     try:
         async with state.admission.slot():

@@ -1,9 +1,9 @@
-"""Rule-based reading and writing of short customer messages, used by the offline provider.
+"""Rule-based reading and writing of short messages, used by the offline provider.
 
-A lexicon (data the caller loads: ``Lexicon``) finds each clause's sentiment and subject;
-templates turn that into a reply in the requested brand voice; a few patterns moderate a
-draft. Deterministic and pure: the same text always gives the same result. It is a
-stand-in for a model when none is configured, not a replacement for one.
+A lexicon (data the caller loads: ``Lexicon``) finds each clause's sentiment and subject,
+and holds the phrases an acknowledgement of the message is written with; a few patterns
+moderate a text. Deterministic and pure: the same text always gives the same result. It
+is a stand-in for a model when none is configured, not a replacement for one.
 """
 
 import re
@@ -24,7 +24,7 @@ class Lexicon:
     """The words that give messages of one domain their sentiment and subjects.
 
     ``subjects`` maps each keyword to the subject it belongs to; the keyword itself is
-    what a reply names. The words are data (the offline provider ships an example set),
+    what an acknowledgement names. The words are data (the offline provider ships an example set),
     so these rules know no domain of their own.
     """
 
@@ -33,6 +33,11 @@ class Lexicon:
     negations: frozenset[str]
     subjects: Mapping[str, str]
     insults: frozenset[str]
+    phrases: Mapping[str, str] = field(default_factory=dict)
+    """The sentences ``acknowledge`` writes with (keys in ``PHRASE_KEYS``); optional, but
+    ``acknowledge`` needs them."""
+    compose_when: frozenset[str] = frozenset()
+    """Words of a request that ask for an acknowledgement rather than a plain answer."""
 
     @classmethod
     def from_mapping(cls, data: object) -> "Lexicon":
@@ -49,13 +54,37 @@ class Lexicon:
             raise LexiconInvalid("lexicon field subjects: give subject: space-separated keywords")
         if not isinstance(insults, list) or not all(isinstance(v, str) for v in insults):
             raise LexiconInvalid("lexicon field insults: give a list of phrases")
+        phrases = data.get("phrases", {})
+        if not isinstance(phrases, Mapping) or (
+            phrases and not all(isinstance(phrases.get(key), str) for key in PHRASE_KEYS)
+        ):
+            raise LexiconInvalid(f"lexicon field phrases: give text for {', '.join(PHRASE_KEYS)}")
         return cls(
             positive=_words(_field(data, "positive")),
             negative=_words(_field(data, "negative")),
             negations=_words(_field(data, "negations")),
             subjects={k: str(s) for s, kws in subjects.items() for k in _words(kws)},
             insults=frozenset(insults),
+            phrases={str(k): str(v) for k, v in phrases.items()},
+            compose_when=_words(str(data.get("compose_when", ""))),
         )
+
+
+PHRASE_KEYS = (
+    "thanks",
+    "thanks_warm",
+    "opener_praise",
+    "opener_positive",
+    "opener_negative",
+    "opener_neutral",
+    "concerns",
+    "concerns_follow_up",
+    "concerns_unnamed",
+    "close_negative",
+    "close",
+)
+"""The phrases a lexicon gives ``acknowledge``; ``{thanks}``, ``{praised}`` and ``{concerns}``
+are filled in."""
 
 
 def _field(data: Mapping[str, object], name: str) -> str:
@@ -71,7 +100,7 @@ _TOKEN = re.compile(r"[a-z']+")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")
 _PHONE = re.compile(r"\+?\d[\d\s().-]{7,}\d")
 _LIABILITY = re.compile(r"\b(refund\w*|compensat\w*|free of charge|lawsuit|liable|liability)\b")
-MAX_DRAFT_CHARS = 1500
+MAX_TEXT_CHARS = 1500
 
 
 @dataclass(frozen=True)
@@ -153,73 +182,49 @@ def subjects_of(remarks: Iterable[Remark]) -> list[str]:
     return list(dict.fromkeys(r.subject for r in remarks if r.subject))
 
 
-def describe_voice(voice: str) -> str:
-    """The brand voice as guidance, or a neutral default when the request names none."""
-    return voice or "friendly, professional, first-person plural (the request named no voice)"
-
-
-def voice_guidance(*, reading: Reading, voice: str, passages: Iterable[str]) -> str:
-    """Two or three sentences on how a reply should sound and what it should address."""
-    sentences = [f"Voice: {describe_voice(voice)}."]
-    asks = []
-    praised = _join([r.keyword for r in reading.praise if r.keyword])
-    if praised:
-        asks.append(f"thank the customer for the praise of the {praised}")
-    concerns = _join([_remark_phrase(r) for r in reading.concerns if r.keyword])
-    if concerns:
-        asks.append(f"acknowledge the {concerns} without excuses")
-    if asks:
-        sentences.append(_capitalize(" and ".join(asks)) + ".")
-    known = list(passages)
-    if known:
-        sentences.append("Knowledge base: " + " ".join(known))
-    return " ".join(sentences)
-
-
-def compose_reply(*, reading: Reading, voice: str) -> str:
-    """A short public reply to a message read as ``reading``, in ``voice``."""
-    style = voice.lower()
+def acknowledge(*, reading: Reading, style: str, lexicon: Lexicon) -> str:
+    """A short acknowledgement of a message read as ``reading``, written with the lexicon's
+    phrases, in the style ``style`` names (warm, concise, formal, singular)."""
+    style = style.lower()
+    say = lexicon.phrases
     warm = any(w in style for w in ("warm", "friendly", "enthusiastic"))
     concise = any(w in style for w in ("concise", "short", "brief"))
     praised = _join([r.keyword for r in reading.praise if r.keyword])
     concerns = _join([_remark_phrase(r) for r in reading.concerns if r.keyword])
-    thanks = "Thank you so much" if warm else "Thank you"
+    fill = {
+        "thanks": say["thanks_warm"] if warm else say["thanks"],
+        "praised": praised,
+        "concerns": concerns,
+    }
     if reading.sentiment in ("positive", "mixed"):
-        opener = (
-            f"{thanks} for your kind words about our {praised}!"
-            if praised
-            else (f"{thanks} for your kind review!")
-        )
+        opener = say["opener_praise"] if praised else say["opener_positive"]
     elif reading.sentiment == "negative":
-        opener = f"{thanks} for taking the time to share your experience."
+        opener = say["opener_negative"]
     else:
-        opener = f"{thanks} for your review."
+        opener = say["opener_neutral"]
     sentences = [opener]
     if concerns:
-        sentences.append(f"We're sorry to hear about the {concerns}.")
+        sentences.append(say["concerns"])
         if not concise:
-            sentences.append("We're looking into how to make it better.")
+            sentences.append(say["concerns_follow_up"])
     elif reading.concerns:
-        sentences.append("We're sorry parts of your visit fell short.")
-    if reading.sentiment == "negative":
-        sentences.append("We'd love the chance to make it right next time.")
-    else:
-        sentences.append("We hope to welcome you back soon!")
-    return _apply_voice(" ".join(sentences), style)
+        sentences.append(say["concerns_unnamed"])
+    sentences.append(say["close_negative"] if reading.sentiment == "negative" else say["close"])
+    return _apply_style(" ".join(s.format(**fill) for s in sentences), style)
 
 
-def moderate(*, draft: str, blocked_terms: Iterable[str], lexicon: Lexicon) -> list[str]:
-    """Reasons ``draft`` must not be published; empty when it may be."""
-    text = draft.lower()
+def moderate(*, text: str, blocked_terms: Iterable[str], lexicon: Lexicon) -> list[str]:
+    """Reasons ``text`` must not be used; empty when it may be."""
+    original, text = text, text.lower()
     reasons = []
     if not text.strip():
-        reasons.append("the draft is empty")
-    if len(draft) > MAX_DRAFT_CHARS:
-        reasons.append(f"the draft is longer than {MAX_DRAFT_CHARS} characters")
+        reasons.append("the text is empty")
+    if len(original) > MAX_TEXT_CHARS:
+        reasons.append(f"the text is longer than {MAX_TEXT_CHARS} characters")
     insults = sorted(term for term in lexicon.insults if term in text)
     if insults:
         reasons.append(f"insulting language: {', '.join(insults)}")
-    if _EMAIL.search(draft) or _PHONE.search(draft):
+    if _EMAIL.search(original) or _PHONE.search(original):
         reasons.append("contains personal data (an email address or phone number)")
     if _LIABILITY.search(text):
         reasons.append("promises money or admits liability")
@@ -248,12 +253,12 @@ _SINGULAR = {"We're": "I'm", "We'd": "I'd", "We ": "I ", " our ": " my ", " us "
 _FORMAL = {"We're": "We are", "We'd": "We would", "I'm": "I am", "I'd": "I would"}
 
 
-def _apply_voice(reply: str, style: str) -> str:
+def _apply_style(text: str, style: str) -> str:
     if "singular" in style:
         for plural, singular in _SINGULAR.items():
-            reply = reply.replace(plural, singular)
+            text = text.replace(plural, singular)
     if "formal" in style and "informal" not in style:
         for short, full in _FORMAL.items():
-            reply = reply.replace(short, full)
-        reply = reply.replace("!", ".")
-    return reply
+            text = text.replace(short, full)
+        text = text.replace("!", ".")
+    return text

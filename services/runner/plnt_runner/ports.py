@@ -5,12 +5,31 @@ Only ``typing.Protocol`` definitions live here; the adapters implementing them a
 """
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from plnt_runner.usage import TokenUsage
 
 Message = Mapping[str, str]
 """One chat message, ``{"role": "system" | "user" | "assistant", "content": "..."}``."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """What one LLM call asks for beyond its messages; None leaves the provider's default."""
+
+    model: str | None = None
+    """The model name; None sends the backend's ``llm.model``."""
+    temperature: float | None = None
+    max_tokens: int | None = None
+    schema: Mapping[str, Any] | None = None
+    """A JSON Schema the answer must match: sent as OpenAI ``response_format`` of type
+    ``json_schema`` by providers that support it (the caller validates the answer)."""
+    schema_name: str = "output"
+    """The schema's name in ``response_format`` (letters, digits, ``_`` and ``-``)."""
+
+
+DEFAULT_OPTIONS = CallOptions()
 
 
 class LLMProvider(Protocol):
@@ -22,11 +41,15 @@ class LLMProvider(Protocol):
         """Short provider label reported in every output, e.g. ``openai`` or ``offline``."""
         ...
 
-    async def complete(self, *, messages: Sequence[Message], usage: TokenUsage) -> str:
+    async def complete(
+        self, *, messages: Sequence[Message], usage: TokenUsage, options: CallOptions = ...
+    ) -> str:
         """The whole assistant reply to ``messages``."""
         ...
 
-    def stream(self, *, messages: Sequence[Message], usage: TokenUsage) -> AsyncIterator[str]:
+    def stream(
+        self, *, messages: Sequence[Message], usage: TokenUsage, options: CallOptions = ...
+    ) -> AsyncIterator[str]:
         """The assistant reply as content deltas, in order, as the model produces them."""
         ...
 

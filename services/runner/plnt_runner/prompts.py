@@ -1,118 +1,139 @@
-"""The prompts plnt's LLM-backed tools send, and where a request body keeps its text.
+"""The messages plnt's LLM tools send when a step brings no templates of its own, and the
+wording of structured-output requests.
 
-A prompt is two messages: a system message whose first line names the task
-(``plnt-task: <task>``) followed by instructions, and a user message holding the task's
-payload as JSON. Real models follow the instructions; the offline provider reads the task
-line and the payload. This module does no I/O and calls no model.
+A step's ``system`` and ``prompt`` templates replace these. Without them each tool sends
+generic instructions (a system message) and the step's material (a user message: the
+request body and the outputs of the step's deps as JSON). Nothing here knows any one use
+case; that wording belongs in the workflow spec. This module does no I/O and calls no model.
 """
 
 import json
-from collections.abc import Mapping, Sequence
-from enum import StrEnum
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from plnt_runner.ports import Message
 
+CHAT = (
+    "You are a careful assistant. Do what the user's message asks. It is JSON: `input` is "
+    "the request, `steps` the results of the steps before this one."
+)
+GENERATE = (
+    "Write the text the user's message calls for. It is JSON: `input` is the request, "
+    "`steps` the results of the steps before this one. Answer with the text only, no preamble."
+)
+RETRIEVE = (
+    "Answer the request in the user's message from the passages retrieved for it, in two or "
+    "three sentences of plain text; say so when the passages do not cover it."
+)
+DEFAULT_RULES = (
+    "no insults, slurs or hate",
+    "no personal data such as email addresses or phone numbers",
+    "no promises of money and no admissions of legal liability",
+)
+"""What ``policy.moderate`` checks when its step names no ``rules``."""
 
-class Task(StrEnum):
-    """What a prompt asks the model to do."""
 
-    CLASSIFY = "classify"
-    """Sentiment and topic of the customer's message, as JSON."""
-    BRAND_VOICE = "brand_voice"
-    """How a reply should sound and what it should address, as plain text."""
-    DRAFT = "draft"
-    """The reply itself, as plain text."""
-    MODERATE = "moderate"
-    """Whether a draft may be published, as JSON."""
+def classify_instructions(labels: Iterable[str]) -> str:
+    """The system message of ``llm.classify``: choose exactly one of ``labels``."""
+    return (
+        "Classify the user's message. Choose exactly one of these labels: "
+        + ", ".join(json.dumps(label) for label in labels)
+        + "."
+    )
 
 
-_TASK_LINE = "plnt-task: "
+def moderate_instructions(rules: Iterable[str]) -> str:
+    """The system message of ``policy.moderate``: check the user's message against ``rules``."""
+    listed = "\n".join(f"- {rule}" for rule in rules)
+    return (
+        "Check the text in the user's message against these rules:\n"
+        f"{listed}\n"
+        "It is allowed only when it breaks none of them; give a short reason for each rule "
+        "it breaks."
+    )
 
-_INSTRUCTIONS = {
-    Task.CLASSIFY: (
-        "You classify a customer's message, for example a review. Reply with only a JSON "
-        'object: {"sentiment": "positive" | "negative" | "mixed" | "neutral", "topic": the '
-        'main subject in one to three words, "praise": [subjects praised], "concerns": '
-        "[subjects criticised]}."
-    ),
-    Task.BRAND_VOICE: (
-        "You are the brand-voice knowledge base of a business. From the brand voice hint, the "
-        "classification and any retrieved passages in the JSON payload, state in two or three "
-        "sentences how the reply to this message should sound and what it should address. "
-        "Reply with plain text only."
-    ),
-    Task.DRAFT: (
-        "You draft the business's public reply to a customer's message. Follow the brand voice "
-        "and the guidance in the context. Reply with the reply text only, no preamble, at most "
-        "80 words."
-    ),
-    Task.MODERATE: (
-        "You check a draft reply before it is published. Refuse it if it contains insults, "
-        "hate, personal data (emails, phone numbers), promises of money, legal admissions, or "
-        'any of the blocked terms. Reply with only a JSON object: {"allowed": true | false, '
-        '"reasons": [short reasons, empty when allowed]}.'
-    ),
+
+MODERATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "allowed": {"type": "boolean"},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["allowed", "reasons"],
+    "additionalProperties": False,
 }
-
-# Keys a request body commonly keeps its text and its brand voice under, in priority order.
-_TEXT_KEYS = ("review", "text", "message", "content", "prompt", "query", "question", "input")
-_VOICE_KEYS = ("brand_voice", "voice", "tone", "style")
+"""The verdict ``policy.moderate`` asks the model for."""
 
 
-def build_messages(*, task: Task, payload: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The chat messages asking for ``task`` on ``payload`` (payload must be JSON-able)."""
-    return [
-        {"role": "system", "content": f"{_TASK_LINE}{task.value}\n{_INSTRUCTIONS[task]}"},
-        {"role": "user", "content": json.dumps(payload, ensure_ascii=False, sort_keys=True)},
-    ]
+def label_schema(labels: Iterable[str]) -> dict[str, Any]:
+    """The answer ``llm.classify`` asks for: ``{"label": <one of labels>}``."""
+    return {
+        "type": "object",
+        "properties": {"label": {"type": "string", "enum": list(labels)}},
+        "required": ["label"],
+        "additionalProperties": False,
+    }
 
 
-def read_messages(messages: Sequence[Message]) -> tuple[Task | None, dict[str, Any]]:
-    """The task and payload of a prompt from ``build_messages``.
-
-    Any other prompt gives ``(None, {"message": <last user content>})``.
-    """
-    task: Task | None = None
-    for message in messages:
-        content = message.get("content", "")
-        if message.get("role") == "system" and content.startswith(_TASK_LINE):
-            first_line = content[len(_TASK_LINE) :].split("\n", 1)[0].strip()
-            task = Task(first_line) if first_line in Task.__members__.values() else None
-    user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
-    if task is not None:
-        payload = extract_json_object(user)
-        if payload is not None:
-            return task, payload
-    return None, {"message": user}
+def schema_instructions(schema: Mapping[str, Any]) -> str:
+    """What a system message says when the backend takes no ``response_format``."""
+    return (
+        "Answer with only a JSON value (no prose, no code fences) that matches this JSON "
+        f"Schema:\n{json.dumps(schema, ensure_ascii=False, sort_keys=True)}"
+    )
 
 
-def extract_json_object(text: str) -> dict[str, Any] | None:
-    """The JSON object in ``text`` (models often wrap it in prose or fences), else None."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
+def repair_message(problem: str) -> str:
+    """The user message that asks once more after an answer did not match the schema."""
+    return (
+        f"Your answer did not match the JSON Schema: {problem}. Answer again with only the "
+        "corrected JSON value."
+    )
+
+
+def messages(system: str, user: str) -> list[Message]:
+    """A system and a user message (a blank system message is left out)."""
+    sent: list[Message] = []
+    if system.strip():
+        sent.append({"role": "system", "content": system})
+    sent.append({"role": "user", "content": user})
+    return sent
+
+
+def material(body: Mapping[str, Any], outputs: Mapping[str, Any]) -> str:
+    """The default user message: the request and the deps' outputs as JSON."""
+    payload = {"input": body, "steps": {k: without_provider(v) for k, v in outputs.items()}}
+    return json.dumps(payload, ensure_ascii=False, sort_keys=True)
+
+
+def text_of(body: Mapping[str, Any], outputs: Mapping[str, Any]) -> str:
+    """The text a step works on by default: the first dep output's ``text``, else the
+    material as JSON."""
+    for output in outputs.values():
+        if isinstance(output, Mapping) and isinstance(output.get("text"), str):
+            return str(output["text"])
+    return material(body, outputs)
+
+
+def without_provider(output: Any) -> Any:
+    """An output minus its provider label, which says nothing to the model."""
+    if isinstance(output, Mapping):
+        return {k: v for k, v in output.items() if k != "provider"}
+    return output
+
+
+def parse_json(text: str) -> Any:
+    """The JSON value in ``text``: the whole text, else inside code fences, else the
+    outermost object; raises ``ValueError`` when there is none."""
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
+        stripped = stripped.rsplit("```", 1)[0].strip()
     try:
-        value = json.loads(text[start : end + 1])
+        return json.loads(stripped)
     except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def message_text(body: Mapping[str, Any]) -> str:
-    """The customer's text in a request body: the first string under a known key, else the
-    whole body as compact JSON."""
-    for key in _TEXT_KEYS:
-        value = body.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-
-
-def brand_voice_hint(body: Mapping[str, Any]) -> str:
-    """The brand voice a request body asks for, or "" when it names none."""
-    for key in _VOICE_KEYS:
-        value = body.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return ""
+        pass
+    start, end = stripped.find("{"), stripped.rfind("}")
+    if 0 <= start < end:
+        return json.loads(stripped[start : end + 1])
+    raise ValueError("the answer holds no JSON value")

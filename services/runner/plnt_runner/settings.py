@@ -42,6 +42,12 @@ class RunnerSettings(CommonSettings):
         default="",
         description="Bearer token for the LLM API; empty sends no Authorization header.",
     )
+    llm_structured_outputs: bool = Field(
+        default=False,
+        description="The LLM API takes OpenAI `response_format` of type `json_schema` (the "
+        "backend's llm.structuredOutputs): steps that ask for JSON send their schema there; "
+        "otherwise the schema goes into the system message. Answers are validated either way.",
+    )
     llm_input_price_per_mtok_usd: float = Field(
         default=0.0,
         ge=0,

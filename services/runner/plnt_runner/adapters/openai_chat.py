@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from plnt_runner.errors import LLMUnavailable
-from plnt_runner.ports import Message
+from plnt_runner.ports import DEFAULT_OPTIONS, CallOptions, Message
 from plnt_runner.usage import TokenUsage
 
 _ERROR_SNIPPET = 300
@@ -48,10 +48,38 @@ class OpenAIChatProvider:
     def url(self) -> str:
         return self._url
 
-    async def complete(self, *, messages: Sequence[Message], usage: TokenUsage) -> str:
-        """The reply's content; raises ``LLMUnavailable`` on non-2xx, no connection or a body
+    def _payload(self, messages: Sequence[Message], options: CallOptions) -> dict[str, Any]:
+        """The request body: the step's model (else the backend's), its sampling settings,
+        and its JSON Schema as ``response_format`` when it asks for one."""
+        payload: dict[str, Any] = {
+            "model": options.model or self._model,
+            "messages": [dict(m) for m in messages],
+        }
+        if options.temperature is not None:
+            payload["temperature"] = options.temperature
+        if options.max_tokens is not None:
+            payload["max_tokens"] = options.max_tokens
+        if options.schema is not None:
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": options.schema_name,
+                    "schema": options.schema,
+                    "strict": strict_compatible(options.schema),
+                },
+            }
+        return payload
+
+    async def complete(
+        self,
+        *,
+        messages: Sequence[Message],
+        usage: TokenUsage,
+        options: CallOptions = DEFAULT_OPTIONS,
+    ) -> str:
+        """The answer's content; raises ``LLMUnavailable`` on non-2xx, no connection or a body
         without ``choices[0].message.content``. Adds the reported ``usage`` (else an estimate)."""
-        payload = {"model": self._model, "messages": [dict(m) for m in messages]}
+        payload = self._payload(messages, options)
         try:
             async with self._session.post(
                 self._url, json=payload, headers=self._headers, timeout=self._timeout
@@ -72,7 +100,13 @@ class OpenAIChatProvider:
         _add_usage(usage, reported=body.get("usage"), messages=messages, text=text)
         return text
 
-    async def stream(self, *, messages: Sequence[Message], usage: TokenUsage) -> AsyncIterator[str]:
+    async def stream(
+        self,
+        *,
+        messages: Sequence[Message],
+        usage: TokenUsage,
+        options: CallOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[str]:
         """Content deltas as the server sends them; raises ``LLMUnavailable`` on non-2xx, a
         broken connection, or a stream cut before ``[DONE]`` or a ``finish_reason``.
 
@@ -80,8 +114,7 @@ class OpenAIChatProvider:
         ``usage``; a server that sends none gets its tokens estimated.
         """
         payload = {
-            "model": self._model,
-            "messages": [dict(m) for m in messages],
+            **self._payload(messages, options),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -126,6 +159,27 @@ class OpenAIChatProvider:
             f"LLM endpoint {self._url} answered {response.status} {response.reason or ''}".rstrip()
             + (f": {detail}" if detail else "")
         )
+
+
+def strict_compatible(schema: Any) -> bool:
+    """Whether OpenAI's strict mode accepts ``schema``: every object lists all its properties
+    as required and forbids others. A schema that is not gets ``strict: false`` (the runner
+    validates the answer itself either way)."""
+    if isinstance(schema, list):
+        return all(strict_compatible(item) for item in schema)
+    if not isinstance(schema, dict):
+        return True
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            return False
+        if not isinstance(properties, dict) or set(schema.get("required", ())) != set(properties):
+            return False
+    return all(
+        strict_compatible(value)
+        for key, value in schema.items()
+        if key not in ("enum", "const", "default", "examples", "required")
+    )
 
 
 def _add_usage(usage: TokenUsage, *, reported: Any, messages: Sequence[Message], text: str) -> None:
