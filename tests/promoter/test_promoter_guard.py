@@ -1,8 +1,13 @@
 """The guard's judgement of the promoted revision's window (pure), and its hold over a
 figures source that counts what the router would have published."""
 
+import asyncio
 from collections.abc import Mapping
 
+import pytest
+import structlog
+
+from plnt_common.errors import PlntError
 from plnt_common.figures import RevisionTotals
 from plnt_common.resources import Guard
 from plnt_promoter import analysis, guard
@@ -125,3 +130,86 @@ def test_few_calls_are_judged_on_the_whole_window_at_its_end() -> None:
     end = guard.judge_window(lenient, calls(5, errors=1), elapsed_s=10, interval_s=10)
     assert end.outcome is analysis.Outcome.FAIL
     assert "errors 1 of 5 calls exceed maxErrorPercent 10 of the 5 calls" in end.figures.reason
+
+
+class ScriptedFigures:
+    """Answers each read with the next of ``script`` (a reading, or an error to raise),
+    the last one again once the script ends; records who asked."""
+
+    def __init__(self, *script: Mapping[str, RevisionTotals] | PlntError) -> None:
+        self.script, self.asked = list(script), []
+
+    async def totals(self, *, namespace: str, name: str) -> Mapping[str, RevisionTotals]:
+        self.asked.append((namespace, name))
+        answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if isinstance(answer, PlntError):
+            raise answer
+        return answer
+
+
+class SteppingClock:
+    """A monotonic clock at 100 s that moves 0.25 s each time it is read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return 100.0 + 0.25 * (self.reads - 1)
+
+
+async def hold_scripted(
+    figures: ScriptedFigures, remaining_s: float = 0.75, tick_s: float = 0.001
+) -> analysis.Judgement | None:
+    async def still_current() -> bool:
+        return True
+
+    # started at 100.0, the clock read twice a tick: readings judged at 0.25, 0.75, 1.25 s...
+    return await guard.hold_guard(
+        figures=figures,
+        namespace="shop",
+        name="review-responder",
+        guard=GUARD,
+        revision="2.0.0-g2",
+        remaining_s=remaining_s,
+        still_current=still_current,
+        tick_s=tick_s,
+        clock=SteppingClock(),
+    )
+
+
+async def test_a_window_without_any_reading_passes_nothing_at_its_end() -> None:
+    away = ScriptedFigures(PlntError("router unreachable"))
+    with structlog.testing.capture_logs() as logs:
+        judged = await hold_scripted(away)
+    assert judged is not None and judged.outcome is analysis.Outcome.PASS
+    assert (judged.figures.reason, judged.figures.window_s) == (guard.NO_TRAFFIC, 0.75)
+    assert away.asked == [("shop", "review-responder")] * 2  # at 0.25 s and at 0.75 s
+    unavailable = [line for line in logs if line["event"] == "guard.figures_unavailable"]
+    assert [line["error"] for line in unavailable] == ["router unreachable"] * 2
+
+
+async def test_figures_away_for_a_tick_are_read_again_and_the_window_starts_at_the_first() -> None:
+    before = {"2.0.0-g2": calls(10, errors=10)}  # served before the window: not judged
+    failing = {"2.0.0-g2": calls(20, errors=13)}
+    figures = ScriptedFigures(PlntError("away"), before, PlntError("away"), failing)
+    judged = await hold_scripted(figures, remaining_s=2.0)
+    assert judged is not None and judged.outcome is analysis.Outcome.FAIL
+    assert judged.figures.reason.startswith("promoted revision errors 3 of 10 calls exceed")
+
+
+async def test_the_last_tick_sleeps_only_until_the_window_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+    sleep = asyncio.sleep
+
+    async def recorded(delay: float) -> None:
+        slept.append(delay)
+        await sleep(0)
+
+    monkeypatch.setattr(asyncio, "sleep", recorded)
+    # a tick of 0.5 s, 0.5 s into a 0.75 s window: 0.25 s left
+    judged = await hold_scripted(ScriptedFigures(PlntError("away")), tick_s=0.5)
+    assert judged is not None and judged.figures.reason == guard.NO_TRAFFIC
+    assert slept == [0.25]
