@@ -47,9 +47,31 @@ class BackendUnavailable(PlntError):
 
 
 class InstallFailed(PlntError):
-    """A release did not become ready."""
+    """A release did not become ready.
+
+    ``reason`` narrows the default when the backend said why (``CodeInvalid``,
+    ``DependenciesFailed``).
+    """
 
     reason = "InstallFailed"
+
+    def __init__(self, *args: object, reason: str | None = None) -> None:
+        super().__init__(*args)
+        if reason:
+            self.reason = reason
+
+
+class CodeInvalid(PlntError):
+    """A workflow's code archive is missing, does not hash to its pinned digest, is not a
+    gzip tar, or holds a member that could land outside its directory."""
+
+    reason = "CodeInvalid"
+
+
+class DependenciesFailed(InstallFailed):
+    """pip could not install a requirement of a workflow's code."""
+
+    reason = "DependenciesFailed"
 
 
 class ResourceNotFound(PlntError):

@@ -145,7 +145,7 @@ async def test_a_runner_that_keeps_crashing_is_reported_failed_after_max_restart
         await _ready(releases)
 
     assert "exited with code 3" in str(failed.value)
-    assert "last log line: fake runner: crashing on purpose" in str(failed.value)
+    assert "last log lines: fake runner: crashing on purpose" in str(failed.value)
     observed = await releases.status(namespace=NS, release=RELEASE)
     assert observed is not None
     assert observed.phase is ReleasePhase.FAILED

@@ -57,6 +57,9 @@ def workflow_doc(name: str = WORKFLOW, version: str = VERSION) -> dict[str, Any]
     }
 
 
+SPEC = "workflow.yaml"
+
+
 def workflow_yaml(document: dict[str, Any] | None = None) -> bytes:
     return yaml.safe_dump(document or workflow_doc(), sort_keys=False).encode()
 
@@ -67,7 +70,11 @@ class SpecSource(Protocol):
     kind: str
     url: str
 
-    def publish(self, data: bytes, *, name: str = WORKFLOW, version: str = VERSION) -> None: ...
+    def publish(
+        self, data: bytes, *, name: str = WORKFLOW, version: str = VERSION, file: str = SPEC
+    ) -> None:
+        """Publish ``data`` as the spec, or as ``file`` beside it (a code archive)."""
+        ...
 
     def location(self, *, name: str = WORKFLOW, version: str = VERSION) -> str:
         """How error messages name the spec's place."""
@@ -83,8 +90,10 @@ class FileSource:
     def url(self) -> str:
         return self.root.as_uri()
 
-    def publish(self, data: bytes, *, name: str = WORKFLOW, version: str = VERSION) -> None:
-        path = self.root / name / version / "workflow.yaml"
+    def publish(
+        self, data: bytes, *, name: str = WORKFLOW, version: str = VERSION, file: str = SPEC
+    ) -> None:
+        path = self.root / name / version / file
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
 
@@ -106,8 +115,10 @@ class S3Source:
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"
 
-    def publish(self, data: bytes, *, name: str = WORKFLOW, version: str = VERSION) -> None:
-        key = f"{self.prefix}/{name}/{version}/workflow.yaml"
+    def publish(
+        self, data: bytes, *, name: str = WORKFLOW, version: str = VERSION, file: str = SPEC
+    ) -> None:
+        key = f"{self.prefix}/{name}/{version}/{file}"
         self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
 
     def location(self, *, name: str = WORKFLOW, version: str = VERSION) -> str:

@@ -190,7 +190,7 @@ class InstallerHandlers:
         self, event: Envelope, desired: DesiredRelease, exc: InstallFailed
     ) -> None:
         failed = InstallFailedEvent(
-            reason=Reason.INSTALL_FAILED,
+            reason=logic.install_failure_reason(exc.reason),
             message=str(exc),
             revision=desired.revision,
             release=desired.release,

@@ -6,6 +6,10 @@ Imports no I/O library; handlers observe, call these, then act through the port.
 from plnt_common.events import EventType, SpecPulled
 from plnt_common.projection import saga_order
 from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole, release_name
+from plnt_common.status import Reason
+
+INSTALL_REASONS = frozenset({Reason.CODE_INVALID, Reason.DEPENDENCIES_FAILED})
+"""Reasons a backend may give for a failed install instead of the generic InstallFailed."""
 
 
 def desired_canary(data: SpecPulled, *, saga_id: str) -> DesiredRelease:
@@ -73,3 +77,14 @@ def reverted_since(promoted_saga: str, latest_saga: str) -> bool:
 def failure_terminal(stable: str) -> EventType:
     """A failed canary ends rolled back when a stable revision serves, else failed."""
     return EventType.RUN_ROLLED_BACK if stable else EventType.RUN_FAILED
+
+
+def install_failure_reason(reported: str) -> Reason:
+    """The reason of ``install.failed``: the backend's own when it is one the status
+    vocabulary gives installs (the workflow's code or its requirements), else
+    ``InstallFailed``."""
+    try:
+        reason = Reason(reported)
+    except ValueError:
+        return Reason.INSTALL_FAILED
+    return reason if reason in INSTALL_REASONS else Reason.INSTALL_FAILED

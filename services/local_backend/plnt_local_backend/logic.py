@@ -6,9 +6,15 @@ these functions, and acts through adapters. Timing and waiting are not decided h
 beyond computing a delay.
 """
 
+import hashlib
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from plnt_common.releases import (
     DESIRED_PREFIX,
@@ -134,6 +140,8 @@ class Failure:
     fingerprint: LaunchFingerprint
     saga_id: str
     message: str
+    reason: str = ""
+    """A status reason when the cause has one (``CodeInvalid``, ``DependenciesFailed``)."""
 
 
 def failure_applies(failure: Failure, desired: DesiredRelease) -> bool:
@@ -159,7 +167,10 @@ def restored_failure(
     if (observed.saga_id, observed.revision) != (desired.saga_id, desired.revision):
         return None
     return Failure(
-        fingerprint=launch_fingerprint(desired), saga_id=desired.saga_id, message=observed.message
+        fingerprint=launch_fingerprint(desired),
+        saga_id=desired.saga_id,
+        message=observed.message,
+        reason=observed.reason,
     )
 
 
@@ -240,6 +251,7 @@ def observed(
     pid: int = 0,
     restarts: int = 0,
     message: str = "",
+    reason: str = "",
 ) -> ObservedRelease:
     """The observed record of ``key``: the saga and revision of ``desired``, which is what
     ``wait_ready`` matches. Names come from the key, the identity the installer wrote."""
@@ -253,4 +265,105 @@ def observed(
         pid=pid,
         restarts=restarts,
         message=message,
+        reason=reason,
     )
+
+
+# --- a workflow's own code -------------------------------------------------------------
+
+PYTHON_NAMES = frozenset({"python", "python3"})
+"""Entrypoint commands that mean "the code environment's interpreter"."""
+
+_PIP_NAMING = (
+    re.compile(r"No matching distribution found for (\S+)"),
+    re.compile(r"Could not find a version that satisfies the requirement (\S+)"),
+    re.compile(r"Failed building wheel for (\S+)"),
+    re.compile(r"Failed to build (\S+)"),
+    re.compile(r"Cannot install (.+?) because these package versions have conflicting"),
+    re.compile(r"Invalid requirement: '?([^'\s]+)"),
+)
+"""pip's ways of naming the requirement it could not install, in the order they are tried."""
+
+
+def env_name(*, digest: str, requirements: Sequence[str], constraints: str, python: str) -> str:
+    """The directory name of a code environment: the code's digest (hex) and a short hash of
+    what else makes the environment, so a change to the requirements, to plnt's pinned
+    packages or to the interpreter gets an environment of its own."""
+    made_of = "\n".join([*requirements, "--", constraints, "--", python])
+    return f"{digest.removeprefix('sha256:')}-{hashlib.sha256(made_of.encode()).hexdigest()[:12]}"
+
+
+def pip_install_args(*, constraints_file: str, requirements: Sequence[str]) -> list[str]:
+    """The arguments after ``python -m pip`` that install ``requirements`` against plnt's
+    pinned packages. The user's pip configuration (files, ``PIP_*``) applies as usual."""
+    return [
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--constraint",
+        constraints_file,
+        *requirements,
+    ]
+
+
+def failed_requirement(*, output: str, requirements: Sequence[str]) -> str:
+    """The requirement pip could not install, read from its output: the user's own string
+    when pip names one of them (or a dependency's name when it names another); every
+    requirement when the output names none."""
+    by_name: dict[str, str] = {}
+    for text in requirements:
+        try:
+            by_name[canonicalize_name(Requirement(text).name)] = text
+        except InvalidRequirement:
+            continue
+    for pattern in _PIP_NAMING:
+        found = pattern.search(output)
+        if found is None:
+            continue
+        named = found.group(1).strip("'\".,")
+        name = re.split(r"[\s\[<>=!~;@(]", named, maxsplit=1)[0]
+        return by_name.get(canonicalize_name(name), named)
+    return ", ".join(requirements)
+
+
+def pip_failure(*, output: str, requirements: Sequence[str], exit_code: int) -> str:
+    """The message of ``DependenciesFailed``: the requirement, then pip's own last error."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    detail = errors[-1] if errors else f"pip exited with code {exit_code}"
+    kept = [
+        line.removeprefix(_CONSTRAINT).strip() for line in lines if line.startswith(_CONSTRAINT)
+    ]
+    if kept:
+        detail += f" (plnt keeps {', '.join(kept)})"
+    return (
+        f"pip could not install {failed_requirement(output=output, requirements=requirements)}: "
+        f"{detail[:500]}"
+    )
+
+
+_CONSTRAINT = "The user requested (constraint)"
+"""How pip quotes a constraints file's line in a conflict: plnt's pinned packages."""
+
+
+def requirements_count(count: int) -> str:
+    return f"{count} requirement" if count == 1 else f"{count} requirements"
+
+
+def entrypoint_command(entrypoint: str, *, python: str) -> list[str]:
+    """``runtime.entrypoint`` as argv, ``python`` (or ``python3``) meaning the code
+    environment's interpreter; raises ``ValueError`` for an empty or unbalanced command."""
+    argv = shlex.split(entrypoint)
+    if not argv:
+        raise ValueError("runtime.entrypoint is empty")
+    if argv[0] in PYTHON_NAMES:
+        argv[0] = python
+    return argv
+
+
+def last_lines(text: str, *, count: int = 5, max_chars: int = 600) -> str:
+    """The last ``count`` non-empty lines of ``text``, joined with " | ", the end kept when
+    longer than ``max_chars``."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    joined = " | ".join(lines[-count:])
+    return joined if len(joined) <= max_chars else "…" + joined[-max_chars:]

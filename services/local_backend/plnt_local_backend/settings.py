@@ -32,15 +32,18 @@ class LocalBackendSettings(CommonSettings):
         default_factory=_default_data_dir,
         description=(
             "Each release gets releases/<namespace>/<release>/ here with workflow.yaml, "
-            "runner.log, runner.pid and launch.json. `plnt up` points it into its state dir."
+            "runner.log, runner.pid and launch.json; a workflow's code gets its environment "
+            "in envs/<digest>-<hash>/, kept for later releases of the same code. `plnt up` "
+            "points it into its state dir."
         ),
     )
     runner_command: list[str] = Field(
         default_factory=_default_runner_command,
         min_length=1,
         description=(
-            "Command that starts one runner, as a JSON list; it is configured through "
-            "PLNT_RUNNER_* variables (workflow file, host, port, revision, LLM)."
+            "Command that starts one runner of a workflow without runtime.code, as a JSON "
+            "list; it is configured through PLNT_RUNNER_* variables (workflow file, host, "
+            "port, revision, LLM). A workflow with code runs its runtime.entrypoint instead."
         ),
         examples=[["/usr/bin/python3", "-m", "plnt_runner"]],
     )
@@ -87,6 +90,12 @@ class LocalBackendSettings(CommonSettings):
         default=10.0,
         ge=0,
         description="Between SIGTERM and SIGKILL when a runner is stopped.",
+    )
+    pip_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long pip may take to install a workflow's requirements into its "
+        "code environment (<data_dir>/envs/) before the release fails DependenciesFailed.",
     )
     probe_interval_s: float = Field(
         default=0.2,

@@ -14,13 +14,23 @@ that ``logic`` can decide.
 import asyncio
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from plnt_common import faults
-from plnt_common.errors import BusUnavailable, InstallFailed, SpecNotFound
+from plnt_common.errors import (
+    BusUnavailable,
+    CodeInvalid,
+    DependenciesFailed,
+    InstallFailed,
+    SpecInvalid,
+    SpecNotFound,
+)
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.releases import DesiredRelease, ObservedRelease, ReleasePhase
+from plnt_common.workflow import CodeArchive, parse_workflow
 from plnt_local_backend import logic
+from plnt_local_backend.adapters.code_envs import CodeEnv, CodeEnvs
 from plnt_local_backend.adapters.health import HealthProbe
 from plnt_local_backend.adapters.processes import (
     RUNNER_HOST,
@@ -32,7 +42,7 @@ from plnt_local_backend.adapters.processes import (
 )
 from plnt_local_backend.adapters.release_dir import ReleaseDir
 from plnt_local_backend.adapters.release_store import ReleaseStore
-from plnt_local_backend.adapters.runner_env import runner_env
+from plnt_local_backend.adapters.runner_env import runner_env, with_code
 from plnt_local_backend.errors import RunnerConfigInvalid
 from plnt_local_backend.launch import LaunchRecord
 from plnt_local_backend.logic import Adoption, Failure, ReleaseKey, Step
@@ -48,6 +58,17 @@ RECOVER_S = 1.0
 
 SPEC_RETRY_S = 2.0
 """Pause before fetching a spec again when NATS did not answer (not a failed start)."""
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """How this release's runner starts: plnt's runner, or the workflow's entrypoint in
+    its code environment (``venv`` set)."""
+
+    command: list[str]
+    cwd: Path
+    venv: Path | None = None
+    bin_dir: Path | None = None
 
 
 @dataclass
@@ -74,12 +95,16 @@ class Supervisor:
         settings: LocalBackendSettings,
         store: ReleaseStore,
         probe: HealthProbe,
+        envs: CodeEnvs | None = None,
     ) -> None:
         self.key = key
         self._desired = desired
         self._settings = settings
         self._store = store
         self._probe = probe
+        self._envs = envs or CodeEnvs(
+            root=settings.data_dir / "envs", pip_timeout_s=settings.pip_timeout_s
+        )
         self._dir = ReleaseDir(data_dir=settings.data_dir, key=key)
         self._changed = asyncio.Event()
         self._runner: _Running | None = None
@@ -180,7 +205,12 @@ class Supervisor:
                     return
             elif step is Step.HOLD_FAILED:
                 assert self._failure is not None
-                await self._report(desired, ReleasePhase.FAILED, message=self._failure.message)
+                await self._report(
+                    desired,
+                    ReleasePhase.FAILED,
+                    message=self._failure.message,
+                    reason=self._failure.reason,
+                )
                 await self._changed.wait()
             elif step is Step.REPLACE:
                 self._log.info("runner.replace", revision=desired.revision)
@@ -211,6 +241,10 @@ class Supervisor:
         log_ = self._log.bind(sagaid=desired.saga_id, revision=desired.revision)
         try:
             raw = await self._store.fetch_spec(desired.spec_digest)
+            if not logic.spec_matches(digest=desired.spec_digest, raw=raw):
+                self._fail(desired, f"spec bytes stored as {desired.spec_digest} do not hash to it")
+                return
+            launch = await self._launch_for(desired, raw)
         except SpecNotFound as exc:
             self._fail(desired, str(exc))
             return
@@ -219,9 +253,8 @@ class Supervisor:
             self._retry_at = loop.time() + SPEC_RETRY_S
             await self._report(desired, ReleasePhase.STARTING, message=str(exc))
             return
-        if not logic.spec_matches(digest=desired.spec_digest, raw=raw):
-            self._fail(desired, f"spec bytes stored as {desired.spec_digest} do not hash to it")
-            return
+        if launch is None or self._changed.is_set():
+            return  # failed, or desired changed while the code was prepared: decide again
         port = pick_free_port(
             preferred=logic.preferred_port(
                 last_url=self._last_url, failures_in_a_row=self._failures_in_a_row
@@ -238,12 +271,14 @@ class Supervisor:
         except RunnerConfigInvalid as exc:
             self._fail(desired, str(exc))
             return
+        if launch.venv is not None and launch.bin_dir is not None:
+            env = with_code(env, venv=launch.venv, bin_dir=launch.bin_dir, code_dir=launch.cwd)
         self._dir.write_workflow(raw)
         try:
             process = spawn_runner(
-                command=self._settings.runner_command,
+                command=launch.command,
                 env=env,
-                cwd=self._dir.path,
+                cwd=launch.cwd,
                 log_file=self._dir.log_file,
             )
         except InstallFailed as exc:
@@ -269,6 +304,57 @@ class Supervisor:
         SIDE_EFFECTS.labels("local-backend", "runner_start").inc()
         await faults.pause_point("local-backend", "runner", "after_effect")
         await self._report(desired, ReleasePhase.STARTING)
+
+    async def _launch_for(self, desired: DesiredRelease, raw: bytes) -> _Launch | None:
+        """How to start the runner of ``raw``; None once the release failed.
+
+        With ``runtime.code`` the archive is read from the object store and made into its
+        environment (once per digest, pip included), and the entrypoint runs there.
+        Raises ``BusUnavailable`` when the object store does not answer.
+        """
+        plain = _Launch(command=list(self._settings.runner_command), cwd=self._dir.path)
+        try:
+            runtime = parse_workflow(raw).spec.runtime
+        except SpecInvalid as exc:
+            # The puller validated it; plnt's runner reports what it cannot serve, as before.
+            self._log.warning("release.spec_unparsed", error=str(exc))
+            return plain
+        if runtime.code is None:
+            return plain
+        try:
+            env = await self._code_env(desired, runtime.code)
+            command = logic.entrypoint_command(runtime.entrypoint, python=str(env.python))
+        except (CodeInvalid, DependenciesFailed) as exc:
+            self._fail(desired, str(exc), reason=exc.reason)
+            return None
+        except ValueError as exc:
+            self._fail(desired, f"runtime.entrypoint {runtime.entrypoint!r}: {exc}")
+            return None
+        return _Launch(command=command, cwd=env.code_dir, venv=env.path, bin_dir=env.bin_dir)
+
+    async def _code_env(self, desired: DesiredRelease, code: CodeArchive) -> CodeEnv:
+        """The code's environment, made if it is not; raises ``CodeInvalid``,
+        ``DependenciesFailed`` or ``BusUnavailable``."""
+        env = self._envs.env_for(digest=code.digest, requirements=code.requirements)
+        if self._envs.is_made(env):
+            return env
+        try:
+            archive = await self._store.fetch_spec(code.digest)
+        except SpecNotFound:
+            raise CodeInvalid(
+                f"code archive {code.digest} is not in the object store; pull the spec again"
+            ) from None
+        if code.requirements:
+            count = logic.requirements_count(len(code.requirements))
+            say = f"installing requirements for {code.digest} ({count})"
+            await self._report(desired, ReleasePhase.STARTING, message=say)
+        return await asyncio.to_thread(
+            self._envs.prepare,
+            env,
+            digest=code.digest,
+            archive=archive,
+            requirements=code.requirements,
+        )
 
     async def _await_ready(self, desired: DesiredRelease) -> None:
         runner = self._runner
@@ -328,8 +414,8 @@ class Supervisor:
         why = runner.process.exit_description()
         # The runner's last words usually say why (bad spec, port taken...): surface them in
         # the observed message, which `plnt get` shows, rather than only in runner.log.
-        if last_words := self._dir.last_log_line():
-            why = f"{why} (last log line: {last_words})"
+        if last_words := self._dir.last_log_lines():
+            why = f"{why} (last log lines: {last_words})"
         await self._failed_attempt(desired, why=why, served_s=served_s)
 
     async def _failed_attempt(
@@ -362,16 +448,17 @@ class Supervisor:
         self._log.warning("runner.restarting", reason=why, restarts=self._restarts, delay_s=delay)
         await self._report(desired, ReleasePhase.STARTING, message=message)
 
-    def _fail(self, desired: DesiredRelease, message: str) -> None:
+    def _fail(self, desired: DesiredRelease, message: str, *, reason: str = "") -> None:
         """Give up on this launch until the desired record names another one.
 
         The HOLD_FAILED step reports it; nothing is written here.
         """
-        self._log.error("release.failed", sagaid=desired.saga_id, message=message)
+        self._log.error("release.failed", sagaid=desired.saga_id, message=message, reason=reason)
         self._failure = Failure(
             fingerprint=logic.launch_fingerprint(desired),
             saga_id=desired.saga_id,
             message=message,
+            reason=reason,
         )
         self._retry_at = None
 
@@ -390,7 +477,7 @@ class Supervisor:
         self._dir.clear_launch()
 
     async def _report(
-        self, desired: DesiredRelease, phase: ReleasePhase, *, message: str = ""
+        self, desired: DesiredRelease, phase: ReleasePhase, *, message: str = "", reason: str = ""
     ) -> None:
         """Write the observed record, unless it is what was written last."""
         runner = self._runner
@@ -402,6 +489,7 @@ class Supervisor:
             pid=runner.process.pid if runner else 0,
             restarts=self._restarts,
             message=message,
+            reason=reason,
         )
         if record == self._reported:
             return

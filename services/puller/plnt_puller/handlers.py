@@ -15,6 +15,8 @@ from plnt_common.backend_catalog import BackendCatalog
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
+from plnt_common.code_archive import MAX_ARCHIVE_BYTES
+from plnt_common.errors import SpecInvalid, SpecNotFound
 from plnt_common.events import (
     Envelope,
     EventType,
@@ -29,7 +31,7 @@ from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.saga import SagaState
 from plnt_common.tasks import discard, discarded_on_error
-from plnt_common.workflow import spec_digest
+from plnt_common.workflow import CodeArchive, spec_digest
 from plnt_puller import logic
 from plnt_puller.ports import Registry, SpecStore
 
@@ -107,6 +109,8 @@ class PullHandler:
         checked = logic.check_backend(
             name=selection.cluster, backend=backend, gpu_class=selection.gpu_class
         )
+        if workflow.spec.runtime.code is not None:
+            await self._pull_code(run, workflow.spec.runtime.code)
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
         if not stored:
             await self.specs.put(digest=digest, data=raw)
@@ -119,6 +123,33 @@ class PullHandler:
             backend_name=selection.cluster,
             backend=checked,
         )
+
+    async def _pull_code(self, run: RunSnapshot, code: CodeArchive) -> None:
+        """Fetch the code archive beside the spec, verify it and store it by its digest;
+        raises ``CodeInvalid``, or a retryable error of the registry or the store.
+
+        An archive already stored under its digest was verified when it was stored: it is
+        neither fetched nor checked again.
+        """
+        ref = run.spec.workflow
+        if await self.specs.contains(digest=code.digest):
+            log.info("pull.code_stored", digest=code.digest, written=False)
+            return
+        try:
+            data = await self.registry.fetch(
+                registry=ref.registry,
+                name=ref.name,
+                version=ref.version,
+                file=code.archive,
+                max_bytes=MAX_ARCHIVE_BYTES,
+            )
+        except (SpecNotFound, SpecInvalid) as exc:
+            raise logic.code_missing(exc, code=code, ref=ref.ref) from None
+        # Unpacking to check every member takes CPU time on a large archive: not on the loop.
+        await asyncio.to_thread(logic.verify_code, data=data, code=code, ref=ref.ref)
+        await self.specs.put(digest=code.digest, data=data)
+        SIDE_EFFECTS.labels(SOURCE, "code_store").inc()
+        log.info("pull.code_stored", digest=code.digest, written=True, bytes=len(data))
 
     async def _fail(self, event: Envelope, failure: RunFailed) -> None:
         claimed = await self.bus.publish_terminal(

@@ -9,8 +9,10 @@ publish anything; ``handlers`` act on these answers.
 
 from dataclasses import dataclass
 
+from plnt_common.code_archive import check_archive
 from plnt_common.errors import (
     BackendUnavailable,
+    CodeInvalid,
     IntegrityMismatch,
     PlntError,
     RegistryUnavailable,
@@ -20,7 +22,7 @@ from plnt_common.events import RunFailed, RunSnapshot, SpecPulled
 from plnt_common.releases import revision_label
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.status import Phase, Reason
-from plnt_common.workflow import Workflow, parse_workflow, spec_digest
+from plnt_common.workflow import CodeArchive, Workflow, parse_workflow, spec_digest
 
 PHASE = Phase.PULLING.value
 """The phase every failure of this step reports."""
@@ -31,6 +33,7 @@ FAILS_AT_ONCE = frozenset(
         Reason.INTEGRITY_MISMATCH,
         Reason.SPEC_NOT_FOUND,
         Reason.BACKEND_UNAVAILABLE,
+        Reason.CODE_INVALID,
     }
 )
 """Errors no retry can fix: the run (or the registry's content) must change first."""
@@ -83,6 +86,18 @@ def validate_spec(*, raw: bytes, name: str, version: str) -> Workflow:
     if declared != f"{name}@{version}":
         raise SpecInvalid(f"the spec declares {declared}, but the run references {name}@{version}")
     return workflow
+
+
+def verify_code(*, data: bytes, code: CodeArchive, ref: str) -> None:
+    """Raise ``CodeInvalid`` unless ``data`` is the archive ``code`` pins: its digest, a
+    gzip tar, every member a file or directory that stays inside the archive's root."""
+    check_archive(data, digest=code.digest, name=f"code archive {code.archive} of {ref}")
+
+
+def code_missing(error: Exception, *, code: CodeArchive, ref: str) -> CodeInvalid:
+    """The ``CodeInvalid`` a registry's answer about the archive file becomes: the spec pins
+    code that cannot be fetched (absent, unreadable or over the size bound)."""
+    return CodeInvalid(f"code archive {code.archive} of {ref} cannot be fetched: {error}")
 
 
 def check_backend(

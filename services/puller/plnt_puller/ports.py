@@ -6,12 +6,24 @@ and which ``plnt_common.errors`` it raises; no port raises an infrastructure exc
 
 from typing import Protocol
 
+SPEC_FILE = "workflow.yaml"
+
 
 class Registry(Protocol):
-    """Where workflow specs are published: ``<registry>/<name>/<version>/workflow.yaml``."""
+    """Where workflow specs are published: ``<registry>/<name>/<version>/workflow.yaml``,
+    with any code archive beside it."""
 
-    async def fetch(self, *, registry: str, name: str, version: str) -> bytes:
-        """The spec file's bytes, at most ``MAX_SPEC_BYTES`` of them.
+    async def fetch(
+        self,
+        *,
+        registry: str,
+        name: str,
+        version: str,
+        file: str = SPEC_FILE,
+        max_bytes: int | None = None,
+    ) -> bytes:
+        """The bytes of ``file`` of ``name@version``, at most ``max_bytes`` of them
+        (default: ``MAX_SPEC_BYTES``, the bound of a spec).
 
         Raises ``SpecNotFound`` when the registry answered and the file is not there (or
         may not be read), ``SpecInvalid`` when it is over the size bound, and

@@ -96,10 +96,11 @@ class LocalReleaseBackend:
     ) -> ObservedRelease:
         """Wait until the release is observed Ready for ``saga_id`` and its desired revision.
 
-        Raises ``InstallFailed`` with the local-backend's message when it reports Failed
-        for this saga, when the release is not (or no longer) desired by this saga, and
-        when ``timeout_s`` passes first (naming the release, the timeout and the last
-        observed state).
+        Raises ``InstallFailed`` with the local-backend's message (and its reason, such as
+        ``DependenciesFailed``, when it gave one) when it reports Failed for this saga,
+        when the release is not (or no longer) desired by this saga, and when
+        ``timeout_s`` passes first (naming the release, the timeout and the last observed
+        state).
         """
         name = f"{namespace}/{release}"
         desired = await self._read(desired_key(namespace, release), DesiredRelease)
@@ -122,7 +123,9 @@ class LocalReleaseBackend:
             if current.revision != desired.revision:
                 return False
             if current.phase is ReleasePhase.FAILED:
-                raise InstallFailed(f"release {name} failed: {current.message}")
+                raise InstallFailed(
+                    f"release {name} failed: {current.message}", reason=current.reason or None
+                )
             return current.phase is ReleasePhase.READY
 
         outcome = await self._follow_observed(

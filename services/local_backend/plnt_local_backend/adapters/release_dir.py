@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from plnt_common.logs import get_logger
 from plnt_local_backend.launch import LaunchRecord
-from plnt_local_backend.logic import ReleaseKey, parse_release_key
+from plnt_local_backend.logic import ReleaseKey, last_lines, parse_release_key
 
 log = get_logger(__name__)
 
@@ -85,16 +85,16 @@ class ReleaseDir:
         """The pid in ``runner.pid``; None when there is none or it is not a positive number."""
         return read_pid_file(self.pid_file)
 
-    def last_log_line(self, *, max_chars: int = 300) -> str:
-        """The last non-empty line the runner wrote (often why it exited); "" when none."""
+    def last_log_lines(self, *, count: int = 5, max_chars: int = 600) -> str:
+        """The last non-empty lines the runner wrote (often why it exited: a traceback's
+        end), joined with " | "; "" when none."""
         try:
             with self.log_file.open("rb") as stream:
                 stream.seek(max(0, stream.seek(0, os.SEEK_END) - 4096))
                 tail = stream.read().decode(errors="replace")
         except OSError:
             return ""
-        lines = [line.strip() for line in tail.splitlines() if line.strip()]
-        return lines[-1][:max_chars] if lines else ""
+        return last_lines(tail, count=count, max_chars=max_chars)
 
     def clear_launch(self) -> None:
         """Forget the runner (it is gone): remove the pid file and the launch record."""

@@ -67,3 +67,19 @@ def _set_or_drop(env: dict[str, str], name: str, value: str) -> None:
         env[name] = value
     else:
         env.pop(name, None)
+
+
+def with_code(
+    env: Mapping[str, str], *, venv: Path, bin_dir: Path, code_dir: Path
+) -> dict[str, str]:
+    """``env`` for an entrypoint run in a code environment: its ``bin`` first on PATH (so
+    ``python`` and the requirements' scripts are the environment's), ``VIRTUAL_ENV`` set,
+    and the archive's root first on the import path (PYTHONPATH)."""
+    changed = dict(env)
+    changed["VIRTUAL_ENV"] = str(venv)
+    changed["PATH"] = os.pathsep.join(p for p in (str(bin_dir), env.get("PATH", "")) if p)
+    changed["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(code_dir), env.get("PYTHONPATH", "")) if p
+    )
+    changed.pop("PYTHONHOME", None)
+    return changed

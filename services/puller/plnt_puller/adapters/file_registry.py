@@ -1,8 +1,8 @@
 """``file:///abs/path`` registries: a directory tree on the puller's own file system.
 
-Reads ``<root>/<name>/<version>/workflow.yaml`` in a worker thread and refuses any path
-that resolves outside the root (through ``..`` or a symlink). It does not watch the
-tree, cache anything, or decide what a missing file means for the run.
+Reads ``<root>/<name>/<version>/workflow.yaml`` (or a file beside it) in a worker thread
+and refuses any path that resolves outside the root (through ``..`` or a symlink). It
+does not watch the tree, cache anything, or decide what a missing file means for the run.
 """
 
 import asyncio
@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 from plnt_common.errors import RegistryUnavailable, SpecInvalid, SpecNotFound
 from plnt_common.workflow import MAX_SPEC_BYTES
 from plnt_puller.adapters.locations import spec_path
+from plnt_puller.ports import SPEC_FILE
 
 READ_CHUNK = 64 * 1024
 
@@ -24,13 +25,23 @@ class FileRegistry:
     def __init__(self, *, max_bytes: int = MAX_SPEC_BYTES) -> None:
         self._max_bytes = max_bytes
 
-    async def fetch(self, *, registry: str, name: str, version: str) -> bytes:
-        """The spec's bytes; raises ``SpecNotFound``, ``SpecInvalid`` (size) or
+    async def fetch(
+        self,
+        *,
+        registry: str,
+        name: str,
+        version: str,
+        file: str = SPEC_FILE,
+        max_bytes: int | None = None,
+    ) -> bytes:
+        """The file's bytes; raises ``SpecNotFound``, ``SpecInvalid`` (size) or
         ``RegistryUnavailable`` (an I/O error other than a missing or unreadable file)."""
         root = _root_of(registry)
-        return await asyncio.to_thread(self._read, root, spec_path(name=name, version=version))
+        relative = spec_path(name=name, version=version, file=file)
+        bound = self._max_bytes if max_bytes is None else max_bytes
+        return await asyncio.to_thread(self._read, root, relative, bound)
 
-    def _read(self, root: Path, relative: str) -> bytes:
+    def _read(self, root: Path, relative: str, bound: int) -> bytes:
         try:
             real_root = root.resolve(strict=True)
         except (FileNotFoundError, NotADirectoryError):
@@ -58,20 +69,20 @@ class FileRegistry:
         except OSError as exc:
             raise RegistryUnavailable(f"cannot open {shown}: {exc.strerror or exc}") from None
         try:
-            return self._read_open(fd, shown)
+            return self._read_open(fd, shown, bound)
         finally:
             os.close(fd)
 
-    def _read_open(self, fd: int, shown: Path) -> bytes:
+    def _read_open(self, fd: int, shown: Path, bound: int) -> bytes:
         # The checks run on the opened descriptor, so they judge the very file that is read.
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise SpecNotFound(f"{shown} is not a regular file")
-        if info.st_size > self._max_bytes:
-            raise SpecInvalid(_too_big(shown, info.st_size, self._max_bytes))
+        if info.st_size > bound:
+            raise SpecInvalid(_too_big(shown, info.st_size, bound))
         chunks: list[bytes] = []
         # One byte more than allowed: a file that grew after fstat is still caught.
-        remaining = self._max_bytes + 1
+        remaining = bound + 1
         try:
             while remaining > 0:
                 chunk = os.read(fd, min(remaining, READ_CHUNK))
@@ -82,8 +93,8 @@ class FileRegistry:
         except OSError as exc:
             raise RegistryUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from None
         data = b"".join(chunks)
-        if len(data) > self._max_bytes:
-            raise SpecInvalid(_too_big(shown, len(data), self._max_bytes))
+        if len(data) > bound:
+            raise SpecInvalid(_too_big(shown, len(data), bound))
         return data
 
 
@@ -98,4 +109,4 @@ def _root_of(registry: str) -> Path:
 
 
 def _too_big(where: object, size: int, bound: int) -> str:
-    return f"{where} is {size} bytes, over the {bound}-byte bound for a spec"
+    return f"{where} is {size} bytes, over the {bound}-byte bound"

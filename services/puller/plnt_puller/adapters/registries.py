@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from plnt_common.errors import SpecNotFound
-from plnt_puller.ports import Registry
+from plnt_puller.ports import SPEC_FILE, Registry
 
 
 class RegistryByScheme:
@@ -18,7 +18,15 @@ class RegistryByScheme:
     def __init__(self, *, adapters: Mapping[str, Registry]) -> None:
         self._adapters = dict(adapters)
 
-    async def fetch(self, *, registry: str, name: str, version: str) -> bytes:
+    async def fetch(
+        self,
+        *,
+        registry: str,
+        name: str,
+        version: str,
+        file: str = SPEC_FILE,
+        max_bytes: int | None = None,
+    ) -> bytes:
         """What the scheme's adapter returns or raises; ``SpecNotFound`` for other schemes."""
         scheme = urlsplit(registry).scheme
         adapter = self._adapters.get(scheme)
@@ -26,4 +34,6 @@ class RegistryByScheme:
             supported = " or ".join(f"{s}://" for s in sorted(self._adapters, reverse=True))
             what = f"{scheme}:// registries are" if scheme else f"registry {registry!r} is"
             raise SpecNotFound(f"{what} not supported yet; use {supported}")
-        return await adapter.fetch(registry=registry, name=name, version=version)
+        return await adapter.fetch(
+            registry=registry, name=name, version=version, file=file, max_bytes=max_bytes
+        )

@@ -1,11 +1,11 @@
 """``s3://bucket[/prefix]`` registries through boto3 (AWS S3, MinIO, moto).
 
-Downloads ``<prefix>/<name>/<version>/workflow.yaml`` with a blocking boto3 client run in
-a worker thread. Connection errors, 5xx answers and throttling are retried a bounded
-number of times inside botocore (standard mode: jittered exponential back-off), with
-connect and read timeouts, before the pull fails as ``RegistryUnavailable`` and the
-consumer's slower redelivery back-off takes over. It does not list buckets, follow
-redirects across regions, or cache.
+Downloads ``<prefix>/<name>/<version>/workflow.yaml`` (or a file beside it) with a
+blocking boto3 client run in a worker thread. Connection errors, 5xx answers and
+throttling are retried a bounded number of times inside botocore (standard mode:
+jittered exponential back-off), with connect and read timeouts, before the pull fails
+as ``RegistryUnavailable`` and the consumer's slower redelivery back-off takes over. It
+does not list buckets, follow redirects across regions, or cache.
 """
 
 import asyncio
@@ -19,6 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from plnt_common.errors import RegistryUnavailable, SpecInvalid, SpecNotFound
 from plnt_common.workflow import MAX_SPEC_BYTES
 from plnt_puller.adapters.locations import spec_path
+from plnt_puller.ports import SPEC_FILE
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; at run time the client is untyped
     from mypy_boto3_s3 import S3Client
@@ -80,13 +81,22 @@ class S3Registry:
         )
         self._max_bytes = max_bytes
 
-    async def fetch(self, *, registry: str, name: str, version: str) -> bytes:
-        """The spec's bytes; raises ``SpecNotFound``, ``SpecInvalid`` (size) or
+    async def fetch(
+        self,
+        *,
+        registry: str,
+        name: str,
+        version: str,
+        file: str = SPEC_FILE,
+        max_bytes: int | None = None,
+    ) -> bytes:
+        """The file's bytes; raises ``SpecNotFound``, ``SpecInvalid`` (size) or
         ``RegistryUnavailable`` once botocore's retries are spent."""
-        bucket, key = _locate(registry, spec_path(name=name, version=version))
-        return await asyncio.to_thread(self._download, bucket, key)
+        bucket, key = _locate(registry, spec_path(name=name, version=version, file=file))
+        bound = self._max_bytes if max_bytes is None else max_bytes
+        return await asyncio.to_thread(self._download, bucket, key, bound)
 
-    def _download(self, bucket: str, key: str) -> bytes:
+    def _download(self, bucket: str, key: str, bound: int) -> bytes:
         url = f"s3://{bucket}/{key}"
         try:
             response = self._client.get_object(Bucket=bucket, Key=key)
@@ -97,16 +107,16 @@ class S3Registry:
         body = response["Body"]
         try:
             size = int(response.get("ContentLength", 0))
-            if size > self._max_bytes:
-                raise SpecInvalid(_too_big(url, size, self._max_bytes))
+            if size > bound:
+                raise SpecInvalid(_too_big(url, size, bound))
             # One byte more than allowed: catches a wrong or missing Content-Length too.
-            data = body.read(self._max_bytes + 1)
+            data = body.read(bound + 1)
         except (BotoCoreError, OSError) as exc:  # the connection broke mid-download
             raise RegistryUnavailable(f"{url}: download failed ({_describe(exc)})") from None
         finally:
             body.close()
-        if len(data) > self._max_bytes:
-            raise SpecInvalid(_too_big(url, len(data), self._max_bytes))
+        if len(data) > bound:
+            raise SpecInvalid(_too_big(url, len(data), bound))
         return data
 
 
@@ -141,4 +151,4 @@ def _describe(exc: BaseException) -> str:
 
 
 def _too_big(url: str, size: int, bound: int) -> str:
-    return f"{url} is {size} bytes, over the {bound}-byte bound for a spec"
+    return f"{url} is {size} bytes, over the {bound}-byte bound"
