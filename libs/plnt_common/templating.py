@@ -64,8 +64,10 @@ def check_template(source: str, *, deps: Collection[str]) -> None:
 
 def _steps_read(tree: nodes.Template) -> Iterator[tuple[str, int]]:
     """Each constant name read from ``steps`` (``steps.x``, ``steps['x']``) with its line."""
+    # steps.items(), steps.keys(): methods of the mapping, not steps it reads
+    called = {id(call.node) for call in tree.find_all(nodes.Call)}
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        if isinstance(node, nodes.Getattr) and _is_steps(node.node):
+        if isinstance(node, nodes.Getattr) and _is_steps(node.node) and id(node) not in called:
             yield node.attr, node.lineno
         elif (
             isinstance(node, nodes.Getitem)
