@@ -14,7 +14,10 @@ def run_body(name: str, *, ref: str = "demo@1.0.0", **metadata: Any) -> dict[str
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "WorkflowRun",
         "metadata": {"name": name, **metadata},
-        "spec": {"workflow": {"ref": ref, "registry": "file:///tmp/registry"}},
+        "spec": {
+            "workflow": {"ref": ref, "registry": "file:///tmp/registry"},
+            "backend": {"cluster": "local"},
+        },
     }
 
 

@@ -53,7 +53,10 @@ CLUSTER_SPEC: dict[str, Any] = {
     "llm": {"baseUrl": "https://api.openai.com/v1", "model": "gpt-4o-mini"},
 }
 INVALID_SPEC: dict[str, Any] = {"type": "kubernetes"}  # no spec.kubernetes
-"""What the CRD's CEL rule rejects; the emulator does not validate, as an old CRD may not."""
+"""What the CRD's CEL rule rejects; stored while an older CRD without that rule served
+(``create_under_an_older_crd``), as a cluster keeps objects its CRD now refuses."""
+CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+SPEC_RULES = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/x-kubernetes-validations"
 
 
 def create_backend(objects: client.CustomObjectsApi, name: str, spec: dict[str, Any]) -> None:
@@ -64,6 +67,32 @@ def create_backend(objects: client.CustomObjectsApi, name: str, spec: dict[str, 
         "spec": spec,
     }
     objects.create_cluster_custom_object(GROUP, VERSION, BACKENDS, body)
+
+
+def create_under_an_older_crd(
+    objects: client.CustomObjectsApi, name: str, spec: dict[str, Any]
+) -> None:
+    """Create a backend while the CRD lacks its spec rules (an older CRD), then bring the
+    current CRD back: the object stays stored, as on a real cluster."""
+    crd = objects.get_cluster_custom_object(*CRDS, f"{BACKENDS}.{GROUP}")
+    rules = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "x-kubernetes-validations"
+    ]
+    objects.patch_cluster_custom_object(
+        *CRDS,
+        f"{BACKENDS}.{GROUP}",
+        [{"op": "remove", "path": SPEC_RULES}],
+        _content_type="application/json-patch+json",
+    )
+    try:
+        create_backend(objects, name, spec)
+    finally:
+        objects.patch_cluster_custom_object(
+            *CRDS,
+            f"{BACKENDS}.{GROUP}",
+            [{"op": "add", "path": SPEC_RULES, "value": rules}],
+            _content_type="application/json-patch+json",
+        )
 
 
 async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
@@ -100,7 +129,7 @@ async def test_a_backend_the_api_does_not_have_is_none(reader: PlntBackendReader
 async def test_an_invalid_backend_is_unavailable_with_a_message_naming_the_field(
     objects: client.CustomObjectsApi, reader: PlntBackendReader
 ) -> None:
-    await in_thread(create_backend, objects, "odd", INVALID_SPEC)
+    await in_thread(create_under_an_older_crd, objects, "odd", INVALID_SPEC)
 
     with pytest.raises(BackendUnavailable, match="PlntBackend 'odd' has an invalid spec") as err:
         await reader.get("odd")
@@ -117,7 +146,7 @@ async def test_installer_targets_are_the_valid_kubernetes_backends_only(
 ) -> None:
     await in_thread(create_backend, objects, "gpu-cluster-01", CLUSTER_SPEC)
     await in_thread(create_backend, objects, "laptop", LOCAL_SPEC)
-    await in_thread(create_backend, objects, "odd", INVALID_SPEC)
+    await in_thread(create_under_an_older_crd, objects, "odd", INVALID_SPEC)
 
     targets = await KubernetesOnly(reader).all()
 
@@ -152,7 +181,7 @@ async def test_no_backends_at_all_is_an_empty_catalog(reader: PlntBackendReader)
 
 
 async def test_a_cluster_without_the_crd_says_to_install_it(tmp_path: Path) -> None:
-    with KubeEmulator(types=(EVENTS,)) as bare:
+    with KubeEmulator(types=(EVENTS,), crds=()) as bare:
         api = api_client(kubeconfig=str(bare.write_kubeconfig(tmp_path / "bare")), user_agent="t")
         reader = PlntBackendReader(api=api, request_timeout_s=5)
         try:

@@ -115,6 +115,7 @@ def test_status_writes_change_only_status_and_never_the_generation(objects: Obje
 def test_main_resource_writes_ignore_status(objects: Objects) -> None:
     created = create_run(objects, "a")
     with_status = replace_status(objects, {**created, "status": {"phase": "Pulling"}})
+    workflow = created["spec"]["workflow"]
 
     updated = objects.replace_namespaced_custom_object(
         GROUP,
@@ -122,7 +123,11 @@ def test_main_resource_writes_ignore_status(objects: Objects) -> None:
         "default",
         RUNS,
         "a",
-        {**with_status, "spec": {"workflow": {"ref": "demo@2.0.0"}}, "status": {"phase": "X"}},
+        {
+            **with_status,
+            "spec": {**created["spec"], "workflow": {**workflow, "ref": "demo@2.0.0"}},
+            "status": {"phase": "X"},
+        },
     )
 
     assert updated["status"] == {"phase": "Pulling"}

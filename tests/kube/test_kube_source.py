@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_support import GROUP, RUNS, VERSION, create_run, get_run
+from kube_support import GROUP, RUNS, VERSION, create_run, get_run, run_body
 from kubernetes import client
 
 from plnt_common.errors import Conflict, PlntError
@@ -189,12 +189,7 @@ async def test_only_the_configured_namespace_is_watched(
     api: Any, objects: client.CustomObjectsApi
 ) -> None:
     source = KubernetesSource(api=api, namespace="team-a", watch_timeout_s=30, request_timeout_s=5)
-    body = {
-        "apiVersion": "plnt.work/v1",
-        "kind": "WorkflowRun",
-        "metadata": {"name": "x"},
-        "spec": {},
-    }
+    body = run_body("x")
     await in_thread(objects.create_namespaced_custom_object, GROUP, VERSION, "team-b", RUNS, body)
     await in_thread(objects.create_namespaced_custom_object, GROUP, VERSION, "team-a", RUNS, body)
     async with Collector(source) as seen:
@@ -476,7 +471,7 @@ def test_the_default_kubeconfig_location_is_used_when_none_is_given(
 
 
 async def test_a_cluster_without_the_crd_is_reported_as_such(tmp_path: Path) -> None:
-    with KubeEmulator(types=(EVENTS,)) as bare:
+    with KubeEmulator(types=(EVENTS,), crds=()) as bare:
         api = connect(
             kubeconfig=str(bare.write_kubeconfig(tmp_path / "kc")), context="", user_agent="t"
         )

@@ -1,25 +1,37 @@
-"""A Kubernetes API emulator for tests: a real HTTP server the official client talks to.
+"""A Kubernetes API emulator for tests: a real HTTP server the official client and the
+real ``kubectl`` talk to.
 
-It serves plnt.work/v1 ``workflowruns`` (namespaced) and ``plntbackends`` (cluster-scoped)
-with their status subresource, core v1 ``events`` and coordination.k8s.io/v1 ``leases``
-(and, when asked, core v1 ``services`` and ``endpoints``),
-keeping the server rules plnt depends on: generation, a global resourceVersion, status
+It serves core v1 ``namespaces``, ``apiextensions.k8s.io/v1`` CRDs and every type a CRD
+applied to it declares (by default the project's, from ``charts/plnt/crds``: plnt.work/v1
+``workflowruns`` and ``plntbackends``), core v1 ``events`` and coordination.k8s.io/v1
+``leases`` (and, when asked, other built-in types such as ``services`` and ``endpoints``).
+It keeps the server rules plnt depends on: generation, a global resourceVersion, status
 apart from spec, 409 on a stale update, finalizers, list-then-watch with bookmarks, and
-410 Gone past the retained history (see ``store`` for the full list and what is left out).
+410 Gone past the retained history; it returns objects as a real server does
+(``managedFields``, ``uid``, ``creationTimestamp``) and admits custom resources through
+their CRD's schema (pruning, defaults, validation, CEL; ``schema``) with
+``fieldValidation``. For kubectl it answers discovery, OpenAPI v3, Tables, watch lists
+and Event field selectors (see ``store`` and ``server`` for the full list and what is
+left out).
 
-It is not a cluster: nothing schedules, no controller runs, nothing is authenticated.
+It is not a cluster: nothing schedules, no controller runs (no garbage collector, no
+namespace controller), nothing is authenticated, and request bodies are JSON only
+(``kubectl create namespace`` sends protobuf and is refused: apply a Namespace manifest).
 
     with KubeEmulator() as emulator:
         kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
         api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
 """
 
+from plnt_testkit.kube_emulator.crds import project_crds
 from plnt_testkit.kube_emulator.emulator import KubeEmulator
 from plnt_testkit.kube_emulator.types import (
+    CUSTOM_RESOURCE_DEFINITIONS,
     DEFAULT_TYPES,
     ENDPOINTS,
     EVENTS,
     LEASES,
+    NAMESPACES,
     PLNT_BACKENDS,
     SERVICES,
     WORKFLOW_RUNS,
@@ -28,14 +40,17 @@ from plnt_testkit.kube_emulator.types import (
 )
 
 __all__ = [
+    "CUSTOM_RESOURCE_DEFINITIONS",
     "DEFAULT_TYPES",
     "ENDPOINTS",
     "EVENTS",
     "LEASES",
+    "NAMESPACES",
     "PLNT_BACKENDS",
     "SERVICES",
     "WORKFLOW_RUNS",
     "ApiError",
     "KubeEmulator",
     "ResourceType",
+    "project_crds",
 ]

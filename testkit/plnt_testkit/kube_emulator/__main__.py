@@ -13,9 +13,15 @@ def main() -> None:
     parser.add_argument("--kubeconfig", type=Path, required=True, help="where to write it")
     parser.add_argument("--history-window", type=int, default=1000)
     parser.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds")
+    parser.add_argument(
+        "--without-crds",
+        action="store_true",
+        help="start without plnt's CRDs (kubectl apply -f charts/plnt/crds/ installs them)",
+    )
     args = parser.parse_args()
     emulator = KubeEmulator(
         port=args.port,
+        crds=() if args.without_crds else None,
         history_window=args.history_window,
         bookmark_interval_s=args.bookmark_interval,
     ).start()

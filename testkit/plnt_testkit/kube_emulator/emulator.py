@@ -16,28 +16,48 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
+from plnt_testkit.kube_emulator.crds import project_crds
 from plnt_testkit.kube_emulator.server import ApiHandler, Hook, Served
-from plnt_testkit.kube_emulator.store import ObjectStore, Validator
-from plnt_testkit.kube_emulator.types import DEFAULT_TYPES, ResourceType
+from plnt_testkit.kube_emulator.store import ObjectStore, Write
+from plnt_testkit.kube_emulator.types import (
+    CUSTOM_RESOURCE_DEFINITIONS,
+    DEFAULT_TYPES,
+    NAMESPACES,
+    ResourceType,
+)
 
 T = TypeVar("T")
 CONTEXT = "plnt-emulator"
 
 
 class KubeEmulator:
-    """A Kubernetes API server for tests, reached over plain HTTP on 127.0.0.1."""
+    """A Kubernetes API server for tests, reached over plain HTTP on 127.0.0.1.
+
+    ``types`` are the built-in types served besides namespaces and CRDs; ``crds`` are
+    created before it listens (default: the project's, from ``charts/plnt/crds``), so
+    their resources are served and admitted by their schemas from the start. ``crds=()``
+    is a cluster where plnt's CRDs are not installed yet (``kubectl apply`` them).
+    ``namespaces`` exist from the start, as ``default`` and the system ones do on a
+    cluster.
+    """
 
     def __init__(
         self,
         *,
         port: int = 0,
         types: tuple[ResourceType, ...] = DEFAULT_TYPES,
+        crds: tuple[dict[str, Any], ...] | None = None,
+        namespaces: tuple[str, ...] = ("default", "kube-system", "kube-public", "kube-node-lease"),
         history_window: int = 1000,
         bookmark_interval_s: float = 1.0,
         default_watch_timeout_s: float = 1800.0,
-        validators: dict[ResourceType, Validator] | None = None,
     ) -> None:
-        self.store = ObjectStore(types=types, history_window=history_window, validators=validators)
+        self.store = ObjectStore(types=types, history_window=history_window)
+        seed = Write(manager="kube-apiserver")
+        for namespace in namespaces:
+            self.store.create(NAMESPACES, None, {"metadata": {"name": namespace}}, write=seed)
+        for crd in project_crds() if crds is None else crds:
+            self.store.create(CUSTOM_RESOURCE_DEFINITIONS, None, crd, write=seed)
         self._handler = ApiHandler(
             store=self.store,
             bookmark_interval_s=bookmark_interval_s,

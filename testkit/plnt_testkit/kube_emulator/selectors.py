@@ -1,9 +1,13 @@
 """Label and field selectors as list and watch requests send them.
 
 Labels: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``,
-comma separated and all required. Fields: ``metadata.name`` and ``metadata.namespace``
-with ``=``, ``==`` or ``!=``, which is what the API server supports for every type. A
-selector the emulator cannot read raises ``ValueError`` (the server answers 400).
+comma separated and all required. Fields, with ``=``, ``==`` or ``!=``:
+``metadata.name`` and ``metadata.namespace`` for every type (what ``kubectl wait`` and
+``kubectl get NAME -w`` send), and what the API server adds per type: for core Events
+``involvedObject.*`` (kind, namespace, name, uid, apiVersion, resourceVersion, fieldPath),
+``reason``, ``reportingComponent``, ``source`` and ``type`` (``kubectl describe`` finds an
+object's Events so), for namespaces ``status.phase``. A selector the emulator cannot read,
+or a field the type does not support, raises ``ValueError`` (the server answers 400).
 """
 
 import re
@@ -12,7 +16,22 @@ from typing import Any
 from plnt_testkit.kube_emulator.watch_hub import Match
 
 _SET_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
-_FIELDS = {"metadata.name": "name", "metadata.namespace": "namespace"}
+_COMMON_FIELDS = ("metadata.name", "metadata.namespace")
+_TYPE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "events"): (
+        *(
+            f"involvedObject.{f}"
+            for f in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion")
+        ),
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+    ("", "namespaces"): ("status.phase",),
+}
+_ALIASES = {"source": "source.component"}
 
 
 def _split_terms(selector: str) -> list[str]:
@@ -64,22 +83,34 @@ def _label_term(term: str) -> Match:
     return lambda obj: term in labels(obj)
 
 
-def _field_term(term: str) -> Match:
+def field_value(obj: dict[str, Any], field: str) -> str:
+    """The value a field selector compares: the dotted path's string, empty when absent."""
+    node: Any = obj
+    for part in _ALIASES.get(field, field).split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return "" if node is None else str(node)
+
+
+def _field_term(term: str, supported: tuple[str, ...]) -> Match:
     equality = _equality(term)
-    if equality is None or equality[0] not in _FIELDS:
-        raise ValueError(f"field label not supported: {term!r}")
+    if equality is None or equality[0] not in supported:
+        raise ValueError(f'field label not supported: "{equality[0] if equality else term}"')
     key, op, value = equality
-    attribute = _FIELDS[key]
 
     def matches(obj: dict[str, Any]) -> bool:
-        actual = obj.get("metadata", {}).get(attribute) or ""
+        actual = field_value(obj, key)
         return bool(actual != value if op == "!=" else actual == value)
 
     return matches
 
 
-def parse_selectors(*, labels: str | None, fields: str | None) -> Match:
-    """One predicate for both selectors; an empty or absent selector matches everything."""
+def parse_selectors(
+    *, labels: str | None, fields: str | None, group: str = "", plural: str = ""
+) -> Match:
+    """One predicate for both selectors; an empty or absent selector matches everything.
+
+    ``group`` and ``plural`` name the type, whose own field labels are then allowed."""
+    supported = _COMMON_FIELDS + _TYPE_FIELDS.get((group, plural), ())
     terms = [_label_term(t) for t in _split_terms(labels or "")]
-    terms += [_field_term(t) for t in _split_terms(fields or "")]
+    terms += [_field_term(t, supported) for t in _split_terms(fields or "")]
     return lambda obj: all(term(obj) for term in terms)

@@ -3,19 +3,26 @@
 Kept from the real server, because clients depend on them:
 - ``metadata.resourceVersion`` is one global counter, bumped by every write of any type;
   a no-op update writes nothing and keeps it;
-- custom resources get ``metadata.generation`` 1 on create, bumped only when something
-  other than metadata and status changes; ``uid`` and ``creationTimestamp`` are set once;
+- custom resources (and CRDs) get ``metadata.generation`` 1 on create, bumped only when
+  something other than metadata and status changes; ``uid`` and ``creationTimestamp`` are
+  set once; ``managedFields`` record every write's field manager (``managed_fields``);
+- custom resources come from CRDs: creating an ``apiextensions.k8s.io/v1`` CRD serves its
+  versions (``crds``) and admits their objects through its schema (``schema``: pruning,
+  defaults, validation, CEL, ``fieldValidation``, warnings); deleting it deletes its
+  objects (waiting for their finalizers) and then stops serving them;
 - with a status subresource, main-resource writes keep the stored status and status
   writes change nothing else;
 - an update carrying a stale ``resourceVersion`` gets 409 Conflict (custom resources must
   carry one); a patch may carry one as a precondition;
 - deleting an object with finalizers only sets ``deletionTimestamp``; it goes away when
   an update removes the last finalizer, and no finalizer may be added meanwhile;
+- namespaces are objects (phase ``Active``, the ``kubernetes.io/metadata.name`` label);
 - every write is a watch event kept in a bounded history (``watch_hub``); a watch from
   a version older than that history fails with 410 Expired.
 
-Not kept: namespaces as objects, admission, schema validation (a type may get a
-``validate`` callback), server-side apply, strategic merge for lists, pagination
+Not kept: namespace existence for namespaced objects and namespace termination (deleting
+a namespace removes it at once and leaves its objects), admission of built-in types (no
+schemas: any field is kept), server-side apply, strategic merge for lists, pagination
 (``limit`` is ignored, which servers may do), garbage collection by owner references.
 The store is not thread-safe: the server calls it from its one event loop.
 """
@@ -23,15 +30,23 @@ The store is not thread-safe: the server calls it from its one event loop.
 import copy
 import secrets
 import uuid
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from plnt_testkit.kube_emulator import crds, managed_fields
 from plnt_testkit.kube_emulator.patches import PatchError, json_patch, merge_patch
-from plnt_testkit.kube_emulator.types import STALE_OBJECT, ApiError, ResourceType
+from plnt_testkit.kube_emulator.schema import CrdSchema, FieldValidation
+from plnt_testkit.kube_emulator.types import (
+    ALWAYS_SERVED,
+    CUSTOM_RESOURCE_DEFINITIONS,
+    NAMESPACES,
+    STALE_OBJECT,
+    ApiError,
+    ResourceType,
+)
 from plnt_testkit.kube_emulator.watch_hub import Match, Subscription, WatchEvent, WatchHub
 
-Validator = Callable[[dict[str, Any]], None]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -56,6 +71,23 @@ def _drop_empty(meta: dict[str, Any]) -> None:
             del meta[key]
 
 
+@dataclass
+class Write:
+    """Who writes and how strictly: what a request's query and headers say."""
+
+    manager: str = "plnt-emulator"
+    """The field manager (``fieldManager``, else from the User-Agent)."""
+    field_validation: FieldValidation = "Warn"
+    """The API server's default when a request sends no ``fieldValidation``."""
+    warnings: list[str] = field(default_factory=list)
+    """Filled by the write: what goes back in ``Warning`` headers."""
+
+
+def _without_managed_fields(body: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    return {**body, "metadata": meta}
+
+
 def _spec_part(body: dict[str, Any]) -> dict[str, Any]:
     """Everything a generation covers: all but metadata and status."""
     return {k: v for k, v in body.items() if k not in ("metadata", "status", "apiVersion", "kind")}
@@ -64,18 +96,26 @@ def _spec_part(body: dict[str, Any]) -> dict[str, Any]:
 class ObjectStore:
     """Objects of the served types, the global resourceVersion and the watch history."""
 
-    def __init__(
-        self,
-        *,
-        types: tuple[ResourceType, ...],
-        history_window: int,
-        validators: dict[ResourceType, Validator] | None = None,
-    ) -> None:
-        self.types = types
-        self._validators = validators or {}
+    def __init__(self, *, types: tuple[ResourceType, ...], history_window: int) -> None:
+        self._builtin = tuple(t for t in types if t not in ALWAYS_SERVED) + ALWAYS_SERVED
+        self._served: dict[str, list[crds.ServedVersion]] = {}
+        """CRD name -> what it serves."""
         self._objects: dict[tuple[ResourceType, str, str], dict[str, Any]] = {}
         self._resource_version = 0
         self.watches = WatchHub(window=history_window)
+
+    @property
+    def types(self) -> tuple[ResourceType, ...]:
+        """Every served type: the built-ins, then each CRD's served versions."""
+        return self._builtin + tuple(v.rtype for vs in self._served.values() for v in vs)
+
+    @types.setter
+    def types(self, builtin: tuple[ResourceType, ...]) -> None:
+        """Serve these built-in types from now on (CRDs keep serving theirs)."""
+        self._builtin = tuple(builtin)
+
+    def served_crds(self) -> dict[str, list[crds.ServedVersion]]:
+        return dict(self._served)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -87,6 +127,20 @@ class ObjectStore:
         for rtype in self.types:
             if (rtype.group, rtype.version, rtype.plural) == (group, version, plural):
                 return rtype
+        return None
+
+    def schema_of(self, rtype: ResourceType) -> CrdSchema | None:
+        """The schema objects of ``rtype`` are admitted by; None for built-in types."""
+        for versions in self._served.values():
+            for version in versions:
+                if version.rtype == rtype:
+                    return version.schema
+        return None
+
+    def _crd_of(self, rtype: ResourceType) -> str | None:
+        for name, versions in self._served.items():
+            if any(v.rtype == rtype for v in versions):
+                return name
         return None
 
     def get(self, rtype: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
@@ -114,8 +168,14 @@ class ObjectStore:
     # --- writes ------------------------------------------------------------------------
 
     def create(
-        self, rtype: ResourceType, namespace: str | None, body: dict[str, Any]
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        body: dict[str, Any],
+        *,
+        write: Write | None = None,
     ) -> dict[str, Any]:
+        write = write or Write()
         new = copy.deepcopy(body)
         self._check_type(rtype, new)
         meta = new.setdefault("metadata", {})
@@ -139,15 +199,36 @@ class ObjectStore:
                 f'{rtype.qualified} "{name}" already exists',
                 details={"name": name, "group": rtype.group, "kind": rtype.plural},
             )
-        for system_field in _SYSTEM_FIELDS:
+        crd = self._crd_of(rtype)
+        if crd and self._objects[(CUSTOM_RESOURCE_DEFINITIONS, "", crd)]["metadata"].get(
+            "deletionTimestamp"
+        ):
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                f'create not allowed while custom resource definition "{crd}" is terminating',
+            )
+        for system_field in (*_SYSTEM_FIELDS, "managedFields"):
             meta.pop(system_field, None)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
-        if rtype.custom:
+        if rtype.keeps_generation:
             meta["generation"] = 1
         if rtype.status_subresource:
             new.pop("status", None)  # status is written through its subresource only
-        self._validate(rtype, new)
-        return self._write(rtype, key, new, previous=None)
+        new = self._admit(rtype, new, old=None, write=write, subresource=None)
+        if rtype == CUSTOM_RESOURCE_DEFINITIONS:
+            crds.check_crd(new)
+        elif rtype == NAMESPACES:
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+            new["spec"] = {"finalizers": ["kubernetes"]}
+            new["status"] = {"phase": "Active"}
+        self._manage(rtype, None, new, write, subresource=None)
+        if rtype == CUSTOM_RESOURCE_DEFINITIONS:
+            new["status"] = crds.established_status(new, now=meta["creationTimestamp"])
+        created = self._write(rtype, key, new, previous=None)
+        if rtype == CUSTOM_RESOURCE_DEFINITIONS:
+            self._serve(created)
+        return created
 
     def update(
         self,
@@ -158,8 +239,10 @@ class ObjectStore:
         *,
         subresource: Literal["status"] | None = None,
         precondition_checked: bool = False,
+        write: Write | None = None,
     ) -> dict[str, Any]:
         """PUT: the whole object (or its status); 409 when ``resourceVersion`` is stale."""
+        write = write or Write()
         current = self._current(rtype, namespace, name)
         self._check_type(rtype, body)
         meta = body.get("metadata") or {}
@@ -173,10 +256,11 @@ class ObjectStore:
                 new["status"] = copy.deepcopy(body["status"])
             else:
                 new.pop("status", None)
+            new = self._admit(rtype, new, old=current, write=write, subresource="status")
         else:
             new = copy.deepcopy(body)
             new_meta = new.setdefault("metadata", {})
-            for system_field in (*_SYSTEM_FIELDS, "name", "namespace"):
+            for system_field in (*_SYSTEM_FIELDS, "name", "namespace", "managedFields"):
                 if system_field in current["metadata"]:
                     new_meta[system_field] = current["metadata"][system_field]
                 else:
@@ -186,12 +270,17 @@ class ObjectStore:
                     new["status"] = copy.deepcopy(current["status"])
                 else:
                     new.pop("status", None)
-            if rtype.custom and _spec_part(new) != _spec_part(current):
-                new_meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
-            self._validate(rtype, new)
+            new = self._admit(rtype, new, old=current, write=write, subresource=None)
+            if rtype.keeps_generation and _spec_part(new) != _spec_part(current):
+                new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
+            if rtype == CUSTOM_RESOURCE_DEFINITIONS:
+                crds.check_crd(new)
         new.setdefault("apiVersion", rtype.api_version)
         new.setdefault("kind", rtype.kind)
-        return self._commit_update(rtype, current, new)
+        updated = self._commit_update(rtype, current, new, write=write, subresource=subresource)
+        if rtype == CUSTOM_RESOURCE_DEFINITIONS and subresource is None:
+            self._serve(updated)
+        return updated
 
     def patch(
         self,
@@ -202,6 +291,7 @@ class ObjectStore:
         *,
         content_type: str,
         subresource: Literal["status"] | None = None,
+        write: Write | None = None,
     ) -> dict[str, Any]:
         """PATCH: apply to the stored object, then update; a patched ``resourceVersion``
         that differs from the stored one is a precondition and fails with 409."""
@@ -234,7 +324,13 @@ class ObjectStore:
         )
         patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self.update(
-            rtype, namespace, name, patched, subresource=subresource, precondition_checked=True
+            rtype,
+            namespace,
+            name,
+            patched,
+            subresource=subresource,
+            precondition_checked=True,
+            write=write,
         )
 
     def delete(
@@ -257,6 +353,8 @@ class ObjectStore:
                     f"Precondition failed: {key} in precondition: {wanted}, "
                     f"{key} in object meta: {meta.get(key)}",
                 )
+        if rtype == CUSTOM_RESOURCE_DEFINITIONS and name in self._served:
+            return self._delete_crd(current)
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return copy.deepcopy(current), False
@@ -265,10 +363,107 @@ class ObjectStore:
             return self._write(rtype, self._key(rtype, current), marked, previous=current), False
         return self._remove(rtype, current), True
 
+    # --- CRDs ----------------------------------------------------------------------------
+
+    def _serve(self, crd: dict[str, Any]) -> None:
+        """Serve what ``crd`` declares now, in place of what it declared before."""
+        name = crd["metadata"]["name"]
+        versions = crds.served_versions(crd)
+        for other, served in self._served.items():
+            taken = {v.rtype for v in served} & {v.rtype for v in versions}
+            if other != name and taken:
+                raise ApiError.conflict(
+                    CUSTOM_RESOURCE_DEFINITIONS, name, f"{other} already serves these names"
+                )
+        self._served[name] = versions
+
+    def _instances(self, crd: str) -> list[tuple[ResourceType, str, str]]:
+        kinds = {v.rtype for v in self._served.get(crd, [])}
+        return [key for key in self._objects if key[0] in kinds]
+
+    def _delete_crd(self, current: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Delete every object of the CRD, then the CRD once the last is gone.
+
+        Meanwhile the CRD carries the cleanup finalizer and refuses new objects."""
+        name = current["metadata"]["name"]
+        if not self._instances(name):
+            del self._served[name]
+            return self._remove(CUSTOM_RESOURCE_DEFINITIONS, current), True
+        marked = copy.deepcopy(current)
+        if not marked["metadata"].get("deletionTimestamp"):
+            marked["metadata"].update(deletionTimestamp=now_rfc3339(), deletionGracePeriodSeconds=0)
+            finalizers = marked["metadata"].setdefault("finalizers", [])
+            if crds.CLEANUP_FINALIZER not in finalizers:
+                finalizers.append(crds.CLEANUP_FINALIZER)
+            current = self._write(
+                CUSTOM_RESOURCE_DEFINITIONS,
+                self._key(CUSTOM_RESOURCE_DEFINITIONS, current),
+                marked,
+                previous=current,
+            )
+        for rtype, namespace, instance in self._instances(name):
+            self.delete(rtype, namespace or None, instance)
+        # the last object's removal removed the CRD too, unless finalizers hold some
+        return copy.deepcopy(current), name not in self._served
+
+    def _finish_crd(self, name: str) -> tuple[dict[str, Any], bool] | None:
+        """Remove a terminating CRD whose objects are all gone; None while some remain."""
+        crd = self._objects.get((CUSTOM_RESOURCE_DEFINITIONS, "", name))
+        if crd is None or not crd["metadata"].get("deletionTimestamp") or self._instances(name):
+            return None
+        del self._served[name]
+        return self._remove(CUSTOM_RESOURCE_DEFINITIONS, crd), True
+
     # --- write internals ---------------------------------------------------------------
 
+    def _admit(
+        self,
+        rtype: ResourceType,
+        body: dict[str, Any],
+        *,
+        old: dict[str, Any] | None,
+        write: Write,
+        subresource: Literal["status"] | None,
+    ) -> dict[str, Any]:
+        schema = self.schema_of(rtype)
+        if schema is None:
+            return body
+        admitted, warnings = schema.admit(
+            body, old=old, field_validation=write.field_validation, subresource=subresource
+        )
+        write.warnings.extend(warnings)
+        return admitted
+
+    def _manage(
+        self,
+        rtype: ResourceType,
+        current: dict[str, Any] | None,
+        new: dict[str, Any],
+        write: Write,
+        *,
+        subresource: Literal["status"] | None,
+    ) -> None:
+        entries = (current or {}).get("metadata", {}).get("managedFields") or []
+        new["metadata"]["managedFields"] = managed_fields.record(
+            copy.deepcopy(entries),
+            before=current,
+            after=new,
+            manager=write.manager,
+            api_version=rtype.api_version,
+            subresource=subresource,
+            now=now_rfc3339(),
+        )
+        if not new["metadata"]["managedFields"]:
+            del new["metadata"]["managedFields"]
+
     def _commit_update(
-        self, rtype: ResourceType, current: dict[str, Any], new: dict[str, Any]
+        self,
+        rtype: ResourceType,
+        current: dict[str, Any],
+        new: dict[str, Any],
+        *,
+        write: Write | None = None,
+        subresource: Literal["status"] | None = None,
     ) -> dict[str, Any]:
         old_meta, new_meta = current["metadata"], new["metadata"]
         if old_meta.get("deletionTimestamp"):
@@ -281,8 +476,9 @@ class ObjectStore:
                     "object is being deleted",
                 )
         _drop_empty(new_meta)
-        if new == current:  # a no-op write changes nothing, not even resourceVersion
-            return copy.deepcopy(current)
+        if _without_managed_fields(new) == _without_managed_fields(current):
+            return copy.deepcopy(current)  # a no-op write changes nothing, not even its version
+        self._manage(rtype, current, new, write or Write(), subresource=subresource)
         if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
             return self._remove(rtype, new, previous=current)
         return self._write(rtype, self._key(rtype, current), new, previous=current)
@@ -327,6 +523,9 @@ class ObjectStore:
             body=gone,
             previous=previous or body,
         )
+        crd = self._crd_of(rtype) if rtype.custom else None
+        if crd:
+            self._finish_crd(crd)
         return copy.deepcopy(gone)
 
     @staticmethod
@@ -377,15 +576,6 @@ class ObjectStore:
             return
         if str(given) != current["metadata"]["resourceVersion"]:
             raise ApiError.conflict(rtype, name, STALE_OBJECT)
-
-    def _validate(self, rtype: ResourceType, body: dict[str, Any]) -> None:
-        validator = self._validators.get(rtype)
-        if validator is None:
-            return
-        try:
-            validator(body)
-        except ValueError as exc:
-            raise ApiError.invalid(rtype, body["metadata"].get("name", ""), str(exc)) from None
 
     # --- watch -------------------------------------------------------------------------
 

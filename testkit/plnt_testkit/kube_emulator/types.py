@@ -1,27 +1,47 @@
 """The resource types an emulator serves, and the API error shape it answers with.
 
-A ``ResourceType`` says where a type lives in the URL space and which server rules apply
-to it (custom resource or built-in, namespaced, status subresource). ``ApiError`` carries
-what becomes a ``metav1.Status`` body. Nothing here does I/O or keeps state.
+A ``ResourceType`` says where a type lives in the URL space, how discovery names it, and
+which server rules apply to it (custom resource or built-in, namespaced, status
+subresource). ``ApiError`` carries what becomes a ``metav1.Status`` body. Nothing here does
+I/O or keeps state.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
 class ResourceType:
-    """One served type: ``group`` is empty for the core API (``/api/v1``)."""
+    """One served type: ``group`` is empty for the core API (``/api/v1``).
+
+    Two types are the same type when group, version and plural are: what discovery says
+    of it (short names, categories, printer columns) does not make another type.
+    """
 
     group: str
     version: str
     plural: str
     kind: str
     namespaced: bool
-    status_subresource: bool = False
-    custom: bool = False
+    status_subresource: bool = field(default=False, compare=False)
+    custom: bool = field(default=False, compare=False)
     """Custom resources track ``generation``, require ``resourceVersion`` on update and
     reject strategic merge patch, as CRD-backed types do on a real server."""
+    generation: bool = field(default=False, compare=False)
+    """A built-in type that keeps ``metadata.generation`` too (custom resources always do)."""
+    singular: str = field(default="", compare=False)
+    short_names: tuple[str, ...] = field(default=(), compare=False)
+    categories: tuple[str, ...] = field(default=(), compare=False)
+    printer_columns: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    """A CRD's ``additionalPrinterColumns`` of this version (name, type, jsonPath, ...)."""
+
+    @property
+    def keeps_generation(self) -> bool:
+        return self.custom or self.generation
+
+    @property
+    def singular_name(self) -> str:
+        return self.singular or self.kind.lower()
 
     @property
     def api_version(self) -> str:
@@ -33,6 +53,8 @@ class ResourceType:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
+# The project's two types. The emulator serves them from the CRDs in charts/plnt/crds (as
+# any CRD applied to it); these constants name them for tests that reach the store.
 WORKFLOW_RUNS = ResourceType(
     group="plnt.work",
     version="v1",
@@ -51,11 +73,36 @@ PLNT_BACKENDS = ResourceType(
     status_subresource=True,
     custom=True,
 )
-EVENTS = ResourceType(group="", version="v1", plural="events", kind="Event", namespaced=True)
+EVENTS = ResourceType(
+    group="", version="v1", plural="events", kind="Event", namespaced=True, short_names=("ev",)
+)
 LEASES = ResourceType(
     group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True
 )
-DEFAULT_TYPES = (WORKFLOW_RUNS, PLNT_BACKENDS, EVENTS, LEASES)
+NAMESPACES = ResourceType(
+    group="",
+    version="v1",
+    plural="namespaces",
+    kind="Namespace",
+    namespaced=False,
+    short_names=("ns",),
+)
+CUSTOM_RESOURCE_DEFINITIONS = ResourceType(
+    group="apiextensions.k8s.io",
+    version="v1",
+    plural="customresourcedefinitions",
+    kind="CustomResourceDefinition",
+    namespaced=False,
+    status_subresource=True,
+    generation=True,
+    short_names=("crd", "crds"),
+    categories=("api-extensions",),
+)
+ALWAYS_SERVED = (NAMESPACES, CUSTOM_RESOURCE_DEFINITIONS)
+"""Served by every emulator, whatever ``types`` it is given: a cluster has namespaces, and
+custom resources come from CRDs."""
+DEFAULT_TYPES = (EVENTS, LEASES)
+"""The built-in types served by default, besides ``ALWAYS_SERVED`` and the CRDs' types."""
 SERVICES = ResourceType(group="", version="v1", plural="services", kind="Service", namespaced=True)
 ENDPOINTS = ResourceType(
     group="", version="v1", plural="endpoints", kind="Endpoints", namespaced=True
@@ -109,12 +156,33 @@ class ApiError(Exception):
         )
 
     @classmethod
-    def invalid(cls, rtype: ResourceType, name: str, why: str) -> "ApiError":
+    def invalid(
+        cls,
+        rtype: ResourceType,
+        name: str,
+        why: str,
+        *,
+        causes: list[dict[str, Any]] | None = None,
+    ) -> "ApiError":
+        """422 Invalid; kubectl prints only ``details.causes``, so there is always one.
+
+        Without ``causes``, ``why`` of the form ``<field>: <message>`` becomes the cause.
+        """
+        if causes is None:
+            path, _, rest = why.partition(": ")
+            field_cause = rest and " " not in path
+            causes = [
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": rest if field_cause else why,
+                    **({"field": path} if field_cause else {}),
+                }
+            ]
         return cls(
             422,
             "Invalid",
             f'{rtype.kind}.{rtype.group or "core"} "{name}" is invalid: {why}',
-            details={"name": name, "group": rtype.group, "kind": rtype.kind},
+            details={"name": name, "group": rtype.group, "kind": rtype.kind, "causes": causes},
         )
 
     @classmethod
