@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pytest
+import structlog
 from nats.aio.msg import Msg
 from test_promoter_guard import GrowingFigures, calls
 
@@ -157,20 +158,34 @@ async def guard_ready(bus: Bus, routes: RouteTable, figures: GrowingFigures) -> 
 async def test_the_guard_reverts_the_moment_a_budget_is_broken(bus: Bus) -> None:
     routes = await ready_run(bus, keep="10s", guard={"window": "5s", "maxErrorPercent": 2})
     failing = GrowingFigures(PROMOTED, calls(10, errors=10))
-    await asyncio.wait_for(guard_ready(bus, routes, failing), timeout=2)
+    started = time.monotonic()
+    with structlog.testing.capture_logs() as logs:
+        await asyncio.wait_for(guard_ready(bus, routes, failing), timeout=2)
+    assert time.monotonic() - started < 0.9  # the second reading, one 50 ms tick later
     claim = await bus.terminal_claim(REVERT_SAGA)
     assert claim is not None and claim.event is not None
     assert claim.event.data["reason"] == "GuardFailed"
     assert claim.event.data["message"].startswith("guard failed after ")
     assert "maxErrorPercent 2" in claim.event.data["message"]
+    assert failing.asked == {(NS, NAME)}
+    watching, failed = logged(logs, "guard.watching"), logged(logs, "guard.failed")
+    assert watching["revision"] == PROMOTED and 4.5 < watching["window_s"] <= 5
+    assert isinstance(watching["window_s"], float)
+    assert watching["window_s"] == round(watching["window_s"], 3)
+    assert (failed["revision"], failed["reason"]) == (
+        PROMOTED,
+        claim.event.data["message"].split(": ", 1)[1],
+    )
 
 
 async def test_a_guard_delivered_after_its_window_passes_at_once(bus: Bus) -> None:
     guarded = {"window": "2s", "maxErrorPercent": 2}
     routes = await ready_run(bus, keep="10s", ready_age_s=3, guard=guarded)
     failing = GrowingFigures(PROMOTED, calls(10, errors=10))
-    await asyncio.wait_for(guard_ready(bus, routes, failing), timeout=0.5)
+    with structlog.testing.capture_logs() as logs:
+        await asyncio.wait_for(guard_ready(bus, routes, failing), timeout=0.5)
     assert failing.reads == 0
+    assert logged(logs, "guard.window_passed")["revision"] == PROMOTED
     assert await bus.terminal_claim(REVERT_SAGA) is None
 
 
@@ -179,6 +194,58 @@ async def test_a_guard_delivered_inside_its_window_judges_what_is_left(bus: Bus)
     routes = await ready_run(bus, keep="10s", ready_age_s=1.5, guard=guarded)
     quiet = GrowingFigures(PREVIOUS, calls(10))
     started = time.monotonic()
-    await guard_ready(bus, routes, quiet)
+    with structlog.testing.capture_logs() as logs:
+        await guard_ready(bus, routes, quiet)
     assert 0.3 <= time.monotonic() - started < 1.2
     assert await bus.terminal_claim(REVERT_SAGA) is None
+    assert logged(logs, guard.NO_TRAFFIC)["revision"] == PROMOTED
+
+
+async def test_a_promoted_revision_that_keeps_its_budgets_passes_the_guard(bus: Bus) -> None:
+    routes = await ready_run(bus, keep="10s", guard={"window": "500ms", "maxErrorPercent": 2})
+    healthy = GrowingFigures(PROMOTED, calls(10))
+    with structlog.testing.capture_logs() as logs:
+        await asyncio.wait_for(guard_ready(bus, routes, healthy), timeout=2)
+    assert await bus.terminal_claim(REVERT_SAGA) is None
+    assert logged(logs, "guard.passed")["revision"] == PROMOTED
+    assert not [line for line in logs if line["event"] == guard.NO_TRAFFIC]
+
+
+async def test_a_newer_saga_ends_the_guard_without_a_verdict(bus: Bus) -> None:
+    routes = await ready_run(bus, keep="10s", guard={"window": "5s", "maxErrorPercent": 2})
+    healthy = GrowingFigures(PROMOTED, calls(10))
+
+    async def supersede() -> None:
+        await asyncio.sleep(0.2)
+        await advance_latest_saga(bus, NS, NAME, f"{NS}.{NAME}.3.1")
+
+    with structlog.testing.capture_logs() as logs:
+        await asyncio.wait_for(asyncio.gather(guard_ready(bus, routes, healthy), supersede()), 2)
+    assert await bus.terminal_claim(REVERT_SAGA) is None
+    assert logged(logs, "guard.ended")["reason"] == (
+        "a newer saga, a revert or a later event of the run"
+    )
+
+
+async def test_a_run_ready_without_its_canary_installed_is_not_guarded(bus: Bus) -> None:
+    routes = await ready_run(bus, keep="10s", guard={"window": "5s", "maxErrorPercent": 2})
+    other_saga = f"{NS}.{NAME}.2.9"
+    ready = saga_event(
+        EventType.RUN_READY,
+        RunReady(revision=PROMOTED, endpoint="http://router/x", previous_revision=PREVIOUS),
+        sagaid=other_saga,
+    )
+    failing = GrowingFigures(PROMOTED, calls(10, errors=10))
+    delivery = Delivery(msg=cast(Msg, None), attempt=1)
+    await asyncio.wait_for(
+        guard.guard_promotion(bus, routes, failing, ready, delivery, tick_s=0.05), timeout=1
+    )
+    assert failing.reads == 0
+    assert await bus.terminal_claim(REVERT_SAGA) is None
+
+
+def logged(logs: list[dict[str, Any]], event: str) -> dict[str, Any]:
+    """The one line logged as ``event``."""
+    lines = [line for line in logs if line["event"] == event]
+    assert len(lines) == 1, logs
+    return lines[0]
