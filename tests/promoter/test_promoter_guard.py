@@ -74,9 +74,11 @@ class GrowingFigures:
 
     def __init__(self, revision: str, per_read: RevisionTotals) -> None:
         self.revision, self.per_read, self.reads = revision, per_read, 0
+        self.asked: set[tuple[str, str]] = set()
 
     async def totals(self, *, namespace: str, name: str) -> Mapping[str, RevisionTotals]:
         self.reads += 1
+        self.asked.add((namespace, name))
         step = self.per_read
         return {
             self.revision: RevisionTotals(
