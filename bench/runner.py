@@ -15,7 +15,7 @@ import random
 import re
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,9 @@ from plnt_runner.adapters.nvml import GpuProbe
 from plnt_runner.adapters.openai_chat import OpenAIChatProvider
 from plnt_runner.cache import StepCache
 from plnt_runner.executor import Executor
+from plnt_runner.ports import DEFAULT_OPTIONS, CallOptions, Message
 from plnt_runner.tools import Tool, ToolContext, build_tools
+from plnt_runner.usage import TokenUsage
 
 EXAMPLE = (
     Path(__file__).resolve().parents[1]
@@ -81,6 +83,7 @@ async def runner_figures(tmp: Path, bench: RunnerBench) -> list[Row]:
         try:
             rows = await _diamonds(bench)
             rows += await _step_overhead(bench)
+            rows += await _template_overhead(bench)
             rows += await _cache(bench, fake_llm.url)
         finally:
             unpin()
@@ -92,13 +95,22 @@ async def runner_figures(tmp: Path, bench: RunnerBench) -> list[Row]:
     return rows
 
 
-def _workflow(steps: list[dict[str, Any]]) -> Workflow:
+SLEEP_TOOL = "bench.sleep"
+"""The instant (or sleeping) tool the executor rows run: a code tool of the bench's spec."""
+
+
+def _workflow(steps: list[dict[str, Any]], **spec: Any) -> Workflow:
     return Workflow.model_validate(
         {
             "apiVersion": "microagents.dev/v1",
             "kind": "Workflow",
             "metadata": {"name": "bench", "version": "1.0.0"},
-            "spec": {"runtime": {"image": "bench", "entrypoint": "bench"}, "steps": steps},
+            "spec": {
+                "runtime": {"image": "bench", "entrypoint": "bench"},
+                "steps": steps,
+                "tools": [{"name": SLEEP_TOOL, "call": "bench.runner:_sleep_tool"}],
+                **spec,
+            },
         }
     )
 
@@ -112,11 +124,11 @@ async def _sleep_tool(step: Mapping[str, Any], ctx: ToolContext) -> dict[str, bo
 
 
 def _executor(steps: list[dict[str, Any]], *, cache: StepCache | None = None) -> Executor:
-    tool = Tool(name="llm.classify", run=_sleep_tool, cacheable=cache is not None)
+    tool = Tool(name=SLEEP_TOOL, run=_sleep_tool, cacheable=cache is not None)
     return Executor(
         workflow=_workflow(steps),
         digest="sha256:bench",
-        tools={"llm.classify": tool},
+        tools={SLEEP_TOOL: tool},
         cache=cache,
         step_timeout_s=60,
     )
@@ -134,10 +146,10 @@ async def _timed(run: Callable[[], Awaitable[object]], runs: int) -> list[float]
 async def _diamonds(bench: RunnerBench) -> list[Row]:
     sleep = {"sleep_ms": BRANCH_MS}
     diamond: list[dict[str, Any]] = [
-        {"id": "start", "tool": "llm.classify"},
-        {"id": "left", "tool": "llm.classify", "deps": ["start"], "with": sleep},
-        {"id": "right", "tool": "llm.classify", "deps": ["start"], "with": sleep},
-        {"id": "join", "tool": "llm.classify", "deps": ["left", "right"]},
+        {"id": "start", "tool": SLEEP_TOOL},
+        {"id": "left", "tool": SLEEP_TOOL, "deps": ["start"], "with": sleep},
+        {"id": "right", "tool": SLEEP_TOOL, "deps": ["start"], "with": sleep},
+        {"id": "join", "tool": SLEEP_TOOL, "deps": ["left", "right"]},
     ]
     # The issue's wording: a 100 ms step, then two 100 ms branches (serially 300 ms).
     deep: list[dict[str, Any]] = [{**diamond[0], "with": sleep}, *diamond[1:]]
@@ -167,9 +179,8 @@ async def _diamonds(bench: RunnerBench) -> list[Row]:
 
 
 async def _step_overhead(bench: RunnerBench) -> list[Row]:
-    chain: list[dict[str, Any]] = [{"id": "s0", "tool": "llm.classify"}] + [
-        {"id": f"s{i}", "tool": "llm.classify", "deps": [f"s{i - 1}"]}
-        for i in range(1, CHAIN_STEPS)
+    chain: list[dict[str, Any]] = [{"id": "s0", "tool": SLEEP_TOOL}] + [
+        {"id": f"s{i}", "tool": SLEEP_TOOL, "deps": [f"s{i - 1}"]} for i in range(1, CHAIN_STEPS)
     ]
 
     async def bare() -> None:
@@ -198,6 +209,107 @@ async def _step_overhead(bench: RunnerBench) -> list[Row]:
             )
         )
     return rows
+
+
+class _InstantLLM:
+    """An ``LLMProvider`` answering at once with a fixed text: the LLM tools' own cost."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    @property
+    def name(self) -> str:
+        return "instant"
+
+    async def complete(
+        self,
+        *,
+        messages: Sequence[Message],
+        usage: TokenUsage,
+        options: CallOptions = DEFAULT_OPTIONS,
+    ) -> str:
+        return self.answer
+
+    async def stream(
+        self,
+        *,
+        messages: Sequence[Message],
+        usage: TokenUsage,
+        options: CallOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[str]:
+        yield self.answer
+
+
+class _NoHttp:
+    async def post_json(self, *, url: str, payload: Any) -> Any:
+        raise AssertionError("the template chain makes no HTTP calls")
+
+
+async def _template_overhead(bench: RunnerBench) -> list[Row]:
+    """What a step's templates and output schema cost: a chain of ``llm.chat`` steps that
+    render a system and a prompt template (input, the dep's output, vars) and validate a
+    JSON answer against their output schema, over an instant LLM, against the same chain of
+    instant tools; the difference per step is the rendering and validation."""
+    output = {
+        "type": "object",
+        "required": ["queue", "score"],
+        "properties": {
+            "queue": {"enum": ["billing", "bugs", "sales"]},
+            "score": {"type": "integer", "minimum": 0},
+        },
+        "additionalProperties": False,
+    }
+    templated = {
+        "system": "You route support tickets for {{ vars.product }}.",
+        "output": output,
+    }
+    chain: list[dict[str, Any]] = [
+        {
+            "id": "s0",
+            "tool": "llm.chat",
+            "with": {**templated, "prompt": "Ticket: {{ input.text }}"},
+        }
+    ] + [
+        {
+            "id": f"s{i}",
+            "tool": "llm.chat",
+            "deps": [f"s{i - 1}"],
+            "with": {
+                **templated,
+                "prompt": f"Ticket: {{{{ input.text }}}}\nBefore: {{{{ steps.s{i - 1}.queue }}}}",
+            },
+        }
+        for i in range(1, CHAIN_STEPS)
+    ]
+    workflow = _workflow(chain, vars={"product": "Acme Cloud"})
+    llm = _InstantLLM('{"queue": "billing", "score": 3}')
+    tools = build_tools(llm=llm, http=_NoHttp(), vars=workflow.spec.vars)
+    executor = Executor(
+        workflow=workflow, digest="sha256:bench", tools=tools, cache=None, step_timeout_s=60
+    )
+    counter = itertools.count()
+
+    def templated_run() -> Awaitable[object]:
+        return executor.run({"text": f"charged twice {next(counter)}"})
+
+    plain_chain = [{**step, "tool": SLEEP_TOOL, "with": {}} for step in chain]
+    plain = _fresh_inputs(_executor(plain_chain))
+    await _timed(templated_run, 20)  # warm-up: templates and validators compiled once
+    await _timed(plain, 20)
+    with_templates = percentile(await _timed(templated_run, bench.chain_runs), 0.5)
+    without = percentile(await _timed(plain, bench.chain_runs), 0.5)
+    added = (with_templates - without) * 1000 / CHAIN_STEPS
+    return [
+        Row.check(
+            f"templates and output schema per step, {CHAIN_STEPS}-step llm.chat chain over an "
+            "instant LLM (system + prompt rendered, JSON answer validated)",
+            f"{added:.3f} ms p50 added",
+            f"{with_templates * 1000 / CHAIN_STEPS:.3f} ms per step against "
+            f"{without * 1000 / CHAIN_STEPS:.3f} ms for instant tools",
+            "≤ 0.2 ms p50",
+            added <= 0.2,
+        )
+    ]
 
 
 def _fixed_input(executor: Executor) -> Callable[[], Awaitable[object]]:
@@ -245,7 +357,11 @@ async def _cache(bench: RunnerBench, llm_url: str) -> list[Row]:
     connector = aiohttp.TCPConnector(limit=4 * bench.cache_concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
         llm = OpenAIChatProvider(session=session, base_url=llm_url, model="fake-model")
-        tools = build_tools(llm=llm, http=AiohttpPoster(session=session, timeout_s=60))
+        tools = build_tools(
+            llm=llm,
+            http=AiohttpPoster(session=session, timeout_s=60),
+            vars=workflow.spec.vars,
+        )
 
         async def seconds(bodies: list[dict[str, str]], cache: StepCache | None) -> float:
             executor = Executor(

@@ -15,14 +15,14 @@ import yaml
 from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_router.table import RouteTable
 from plnt_runner.app import create_app as create_runner_app
-from plnt_runner.prompts import Task, read_messages
+from plnt_runner.offline import instance_of, schema_in_instructions
 from plnt_runner.settings import RunnerSettings
 from plnt_testkit.fake_llm import FakeLLM
 
 Factory = Callable[..., Awaitable[Any]]
 REPLY = "Thank you for the kind words about our coffee and our team today"
 STEPS = [
-    {"id": "classify", "tool": "llm.classify"},
+    {"id": "classify", "tool": "llm.classify", "with": {"labels": ["tea", "coffee"]}},
     {"id": "draft", "tool": "llm.generate", "deps": ["classify"]},
     {"id": "check", "tool": "policy.moderate", "deps": ["draft"]},
 ]
@@ -46,13 +46,19 @@ def workflow_file(tmp_path: Path, *, reply: dict[str, str] | None = None) -> Pat
     return path
 
 
-CLASSIFIED = '{"sentiment": "positive", "topic": "coffee"}'
+CLASSIFIED = '{"label": "coffee"}'
 
 
 def answer(messages: Sequence[dict[str, Any]]) -> str:
-    """The fake LLM's answer: a classification for classify prompts, REPLY otherwise."""
-    task, _ = read_messages(messages)
-    return CLASSIFIED if task is Task.CLASSIFY else REPLY
+    """The fake LLM's answer: a label for the classify step, JSON matching the schema any
+    other step asks for, REPLY for text."""
+    system = "\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
+    schema = schema_in_instructions(system)
+    if schema is None:
+        return REPLY
+    if "label" in schema.get("properties", {}):
+        return CLASSIFIED
+    return json.dumps(instance_of(schema, text=""))
 
 
 @pytest.fixture
@@ -160,7 +166,7 @@ async def test_streamed_chat_relays_the_reply_tokens_as_they_come_then_usage_the
 async def test_a_declared_reply_step_that_does_not_stream_comes_as_one_chunk(
     start_chat_router: Factory, http: aiohttp.ClientSession
 ) -> None:
-    router = await start_chat_router(reply={"step": "classify", "field": "topic"})
+    router = await start_chat_router(reply={"step": "classify", "field": "label"})
     async with http.post(f"{router}/v1/chat/completions", json=chat(False)) as response:
         plain = (await response.json())["choices"][0]["message"]["content"]
     async with http.post(f"{router}/v1/chat/completions", json=chat(True)) as response:
