@@ -44,13 +44,13 @@ class LLMProvider(Protocol):
     async def complete(
         self, *, messages: Sequence[Message], usage: TokenUsage, options: CallOptions = ...
     ) -> str:
-        """The whole assistant reply to ``messages``."""
+        """The whole assistant answer to ``messages``."""
         ...
 
     def stream(
         self, *, messages: Sequence[Message], usage: TokenUsage, options: CallOptions = ...
     ) -> AsyncIterator[str]:
-        """The assistant reply as content deltas, in order, as the model produces them."""
+        """The assistant answer as content deltas, in order, as the model produces them."""
         ...
 
 

@@ -18,7 +18,7 @@ class RunnerSettings(CommonSettings):
 
     workflow_file: Path = Field(
         description="Path of the workflow.yaml (microagents.dev/v1 Workflow) this runner serves.",
-        examples=["/specs/review-responder/1.2.0/workflow.yaml"],
+        examples=["/specs/ticket-triage/1.0.0/workflow.yaml"],
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(
@@ -30,7 +30,7 @@ class RunnerSettings(CommonSettings):
     revision: str = Field(
         default="",
         description="Revision label echoed in the `x-plnt-revision` header and the response.",
-        examples=["review-responder-1-2-0-a1b2c3"],
+        examples=["ticket-triage-1-0-0-a1b2c3"],
     )
     llm_base_url: str = Field(
         default="",
