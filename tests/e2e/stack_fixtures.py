@@ -4,7 +4,7 @@ Shared by tests/e2e and tests/faults through their conftest files.
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,8 +28,10 @@ def start_stack(
     replicas: int = 1,
     env: dict[str, str] | None = None,
     ports: tuple[int, int] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> Supervisor:
-    """``ports``: NATS's and the router's, when chosen with others the stack will use."""
+    """``ports``: NATS's and the router's, when chosen with others the stack will use;
+    ``say``: what ``plnt up`` prints (default: printed with a prefix)."""
     nats_port, router_port = ports or free_ports(2)
     config = StackConfig(
         data_dir=data_dir,
@@ -38,7 +40,7 @@ def start_stack(
         replicas=replicas,
         extra_env={**FAST_ENV, **(env or {})},
     )
-    supervisor = Supervisor(config, say=lambda line: print(f"[plnt up] {line}"))
+    supervisor = Supervisor(config, say=say or (lambda line: print(f"[plnt up] {line}")))
     supervisor.start()
     try:
         asyncio.run(wait_until_ready(config, timeout_s=60))

@@ -40,6 +40,9 @@ workflow.with_name("code-ran").write_text(plnt_testwheel.VERSION)
 runpy.run_module("plnt_runner", run_name="__main__", alter_sys=True)
 '''
 
+SAID: list[str] = []
+"""What the stack's ``plnt up`` said on its console."""
+
 READY_S = 90.0
 """Apply to Ready with a code environment to make (venv, pip from a local directory)."""
 
@@ -60,7 +63,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, wheels: Path) -> Iterator[Su
         "PLNT_LOCAL_BACKEND_RESTART_BACKOFF_INITIAL_S": "0.2",
         "PLNT_INSTALLER_READY_TIMEOUT_S": str(READY_S),
     }
-    supervisor = start_stack(tmp_path_factory.mktemp("code"), env=env)
+    supervisor = start_stack(tmp_path_factory.mktemp("code"), env=env, say=SAID.append)
     yield supervisor
     supervisor.stop()
 
@@ -115,6 +118,14 @@ def installs(stack: Supervisor, digest: str) -> int:
     return sum(
         1 for line in log.splitlines() if "code.requirements_installing" in line and digest in line
     )
+
+
+async def said(text: str, *, timeout_s: float = 5.0) -> None:
+    """``plnt up`` printed ``text`` (its supervisor follows the services' logs)."""
+    deadline = time.monotonic() + timeout_s
+    while text not in SAID:
+        assert time.monotonic() < deadline, f"plnt up never said {text!r}; it said {SAID}"
+        await asyncio.sleep(0.1)
 
 
 def release_dir(stack: Supervisor, release: str) -> Path:
@@ -184,6 +195,7 @@ async def test_code_with_a_requirement_deploys_ready_imports_it_and_a_second_rev
     code, revision, answer = await invoke(ready["status"]["endpoint"], EXAMPLE_BODY)
     assert (code, revision) == (200, "1.0.0-g1"), answer
     assert installs(stack, digest) == 1
+    await said(f"installing requirements for {digest} (1 requirement)")
 
     started = time.monotonic()
     await client.apply(run_document(name, registry=registry, ref=f"{name}@2.0.0"))

@@ -2,7 +2,8 @@
 
 A dead process (a service or a nats-server node) is restarted with exponential back-off,
 nats-server on the same store, and the restart is said on the console and in the
-process's own log. On
+process's own log; a service's log line with a ``say`` field (long work in progress) is
+said on the console too. On
 Linux each child gets a parent-death signal, so even a ``kill -9`` of ``plnt up`` leaves
 no server or service behind; runner processes follow the ``plnt up`` pid themselves.
 """
@@ -16,6 +17,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from plnt_cli.said import SaidLines
 from plnt_common.nats_server import (
     LOCAL_SYNC_INTERVAL,
     NatsCluster,
@@ -142,6 +144,8 @@ class Supervisor:
             for node in ([] if config.external_nats_url else local_nats_servers(config))
         ]
         self._services: list[ManagedProcess] = []
+        self._said: list[SaidLines] = []
+        """Services' log lines with a ``say`` field are said on the console too."""
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -191,6 +195,7 @@ class Supervisor:
                 env=env,
                 log_path=self.log_dir / f"{label}.log",
             )
+            self._said.append(SaidLines(service.log_path))
             service.start()
             self._services.append(service)
         self._thread = threading.Thread(target=self._watch, name="plnt-supervisor", daemon=True)
@@ -233,6 +238,9 @@ class Supervisor:
                 for managed in [*self._nats, *self._services]:
                     if not managed.held:
                         self._check(managed)
+            for follower in self._said:
+                for text in follower.new():
+                    self._say(text)
 
     def _check(self, service: ManagedProcess) -> None:
         now = time.monotonic()

@@ -193,9 +193,14 @@ class CodeEnvs:
             message = logic.pip_failure(
                 output=result.stdout, requirements=requirements, exit_code=result.returncode
             )
-            log.warning("code.requirements_failed", digest=digest, message=message)
+            log.warning("code.requirements_failed", digest=digest, message=message, say=message)
             raise DependenciesFailed(message)
-        log.info("code.requirements_installed", digest=digest, requirements=len(requirements))
+        log.info(
+            "code.requirements_installed",
+            digest=digest,
+            requirements=len(requirements),
+            say=f"requirements for {digest} installed",
+        )
 
     def _pip(self, argv: list[str], *, log_file: Path) -> "subprocess.CompletedProcess[str]":
         env = dict(os.environ if self._base_env is None else self._base_env)
