@@ -2,6 +2,12 @@
 
 ``PLNT_NATS_URL`` (and ``--nats``) may name several servers, comma separated: the client
 connects to any of them and fails over to the others.
+
+A server that stops answering without closing the connection (a frozen process, a
+partition) is noticed by pings: every ``PLNT_NATS_PING_INTERVAL`` (5 s), and after
+``PLNT_NATS_MAX_OUTSTANDING_PINGS`` (2) unanswered the connection is dropped and the
+client reconnects to another server, within about 15 s. nats-py's own defaults (120 s,
+2) took 6 minutes, during which publishes timed out and heartbeats went nowhere.
 """
 
 import asyncio
@@ -15,6 +21,7 @@ from nats.errors import NoServersError
 
 from plnt_common.errors import BusUnavailable
 from plnt_common.logs import get_logger
+from plnt_common.settings import bus_settings
 
 log = get_logger(__name__)
 
@@ -43,12 +50,21 @@ async def connect(
     connect_timeout: float = 2.0,
     retry_on_start: bool = False,
     on_reconnected: Callable[[], None] | None = None,
+    ping_interval_s: float | None = None,
+    max_outstanding_pings: int | None = None,
 ) -> Client:
     """Connect to NATS.
 
     Services pass ``retry_on_start``: they wait for the server and reconnect for ever.
     Otherwise (the CLI) a failed first connection raises ``BusUnavailable`` naming the URL.
+    ``ping_interval_s`` and ``max_outstanding_pings`` default to ``PLNT_NATS_PING_INTERVAL``
+    and ``PLNT_NATS_MAX_OUTSTANDING_PINGS``.
     """
+    settings = bus_settings()
+    if ping_interval_s is None:
+        ping_interval_s = settings.ping_interval_s
+    if max_outstanding_pings is None:
+        max_outstanding_pings = settings.max_outstanding_pings
 
     async def on_error(exc: Exception) -> None:
         # info, not warning: a reconnecting client reports every failed attempt here
@@ -70,6 +86,9 @@ async def connect(
         # A CLI command instead fails after a few tries with a message naming the URL.
         "max_reconnect_attempts": -1 if retry_on_start else 2,
         "reconnect_time_wait": 0.5,
+        # nats-py takes whole seconds in its type, but sleeps any float
+        "ping_interval": ping_interval_s,
+        "max_outstanding_pings": max_outstanding_pings,
         "allow_reconnect": True,
         "error_cb": on_error,
         "disconnected_cb": on_disconnect,
