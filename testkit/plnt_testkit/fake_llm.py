@@ -7,10 +7,11 @@ with the usage chunk when ``stream_options.include_usage`` asks for it, ending i
 and a request counter. It keeps every request (``received``: the messages, model,
 temperature, max_tokens and response_format it was sent) so tests can assert on prompts.
 
-What it answers: a fixed text, or whatever ``reply`` computes from the messages; by
-default, JSON matching the schema when the request asks for one (``response_format`` of
-type ``json_schema``, or a schema in the system message as plnt's runner words it when the
-backend has no structured outputs), else an echo of the last user message.
+What it answers: JSON matching the schema when the request asks for one
+(``response_format`` of type ``json_schema``, or a schema in the system message as plnt's
+runner words it when the backend has no structured outputs); otherwise ``reply``, a fixed
+text, or an echo of the last user message by default. A ``reply`` function of the
+messages answers every request instead.
 ``invalid_answers`` makes the next N schema requests answer JSON that does not match, to
 exercise a client's repair request.
 
@@ -104,11 +105,11 @@ def echo_reply(messages: Sequence[dict[str, Any]]) -> str:
 class FakeLLM:
     """An async context manager running the fake server; ``base_url`` ends in ``/v1``.
 
-    ``reply`` is a fixed text or a function of the messages; None answers schema-valid JSON
-    to a request that asks for a schema and echoes otherwise. ``invalid_answers`` (settable
-    while running) is how many of the next schema requests get JSON that does not match.
-    ``fail_status`` (settable while
-    running) makes every chat request answer that status with an OpenAI-style error body.
+    ``reply`` is the text of requests that ask for no schema (None: an echo), or a function
+    of the messages answering every request; a schema request gets schema-valid JSON.
+    ``invalid_answers`` (settable while running) is how many of the next schema requests get
+    JSON that does not match. ``fail_status`` (settable while running) makes every chat
+    request answer that status with an OpenAI-style error body.
     ``chunk_delay_s`` spaces streamed chunks. ``request_count`` counts chat requests
     (including refused ones); ``received`` keeps the last 100 of them.
     """
@@ -219,16 +220,14 @@ class FakeLLM:
         )
 
     def _answer(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> str:
-        if isinstance(self.reply, str):
-            return self.reply
-        if self.reply is not None:
+        if callable(self.reply):
             return self.reply(messages)
         received = ReceivedRequest(body, "")
         schema = received.schema
         if schema is None:
             schema = schema_in_instructions(received.system)
         if schema is None:
-            return echo_reply(messages)
+            return self.reply if isinstance(self.reply, str) else echo_reply(messages)
         if self.invalid_answers > 0:
             self.invalid_answers -= 1
             return invalid_answer(schema, text=received.user)

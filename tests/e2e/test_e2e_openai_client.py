@@ -14,11 +14,11 @@ from stack_support import Client, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
-from plnt_runner.prompts import Task, read_messages
+from plnt_runner.offline import schema_in_instructions
 from plnt_testkit.fake_llm import FakeLLM, running_in_thread
 
 REPLY = "Thank you for visiting us and for the kind words about our coffee"
-CLASSIFIED = '{"sentiment": "positive", "topic": "coffee"}'
+CLASSIFIED = '{"label": "positive"}'
 VERDICT = '{"allowed": true, "reasons": []}'
 TOKEN_GAP_S = 0.02
 NAME = "chat-run"
@@ -26,8 +26,10 @@ NAME = "chat-run"
 
 def answer(messages: Sequence[dict[str, Any]]) -> str:
     """What the fake LLM says to each of the example workflow's four prompts."""
-    task, _ = read_messages(messages)
-    return {Task.CLASSIFY: CLASSIFIED, Task.MODERATE: VERDICT}.get(task, REPLY)
+    system = "\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
+    schema = schema_in_instructions(system) or {}
+    properties = schema.get("properties", {})
+    return CLASSIFIED if "label" in properties else VERDICT if "allowed" in properties else REPLY
 
 
 @pytest.fixture(scope="module")
