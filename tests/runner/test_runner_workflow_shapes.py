@@ -67,16 +67,21 @@ def _env(**settings: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def runner(
-    tmp_path: Path, spec: bytes, *, cwd: Path | None = None, **settings: str
+    tmp_path: Path,
+    spec: bytes,
+    *,
+    cwd: Path | None = None,
+    command: tuple[str, ...] = ("-m", "plnt_runner"),
+    **settings: str,
 ) -> AsyncIterator[str]:
-    """A runner process serving ``spec`` on a free port; yields its base URL."""
+    """A runner process (``python <command>``) serving ``spec`` on a free port; yields its
+    base URL."""
     workflow = tmp_path / "workflow.yaml"
     workflow.write_bytes(spec)
     env = _env(workflow_file=str(workflow), port="0", cache_size="64", **settings)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "plnt_runner",
+        *command,
         env=env,
         cwd=cwd or tmp_path,
         stdout=asyncio.subprocess.PIPE,
@@ -350,3 +355,29 @@ async def test_a_code_tool_that_cannot_be_imported_stops_the_runner_at_start(
     assert len(lines) == 1, stderr
     assert "tool 'crm.lookup'" in lines[0]
     assert problem in lines[0]
+
+
+async def test_an_images_own_main_can_set_up_and_then_serve(tmp_path: Path) -> None:
+    """``plnt_runner.serve()`` is the runner as a library call: set-up first, then serve."""
+    code = code_root(tmp_path)
+    main = tmp_path / "image_main.py"
+    main.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+
+            sys.path.insert(0, {str(code)!r})  # the image's own set-up: where its code is
+
+            import acme_tools.crm
+            import plnt_runner
+
+            acme_tools.crm.SENT["count"] = 100
+            plnt_runner.serve()
+            """
+        )
+    )
+    steps = [{"id": "ping", "tool": "crm.notify"}]
+    async with runner(tmp_path, code_spec(steps), command=(str(main),)) as url:
+        status, body = await invoke(url, {})
+    assert status == 200, body
+    assert body["steps"]["ping"]["output"] == {"sent": 101}
