@@ -21,6 +21,13 @@ class SpecInvalid(PlntError, ValueError):
     reason = "SpecInvalid"
 
 
+class UnknownEventType(SpecInvalid):
+    """An event of a type this version does not know: a newer version published it, and
+    a consumer leaves it for a newer replica instead of terminating it."""
+
+    reason = "UnknownEventType"
+
+
 class IntegrityMismatch(PlntError):
     """The fetched spec's digest differs from the pinned ``integrityHash``."""
 
@@ -92,6 +99,15 @@ class BusUnavailable(PlntError):
 
     retryable = True
     reason = "BusUnavailable"
+
+
+class BusFull(PlntError):
+    """A stream or bucket refused a write for want of room: its limit is reached or the
+    server's disk is full. Retried, since room frees (old events age out, an operator
+    raises a limit or frees disk); the message names the store and the setting."""
+
+    retryable = True
+    reason = "BusFull"
 
 
 class KubernetesUnavailable(PlntError):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from plnt_common.errors import SpecInvalid
+from plnt_common.errors import SpecInvalid, UnknownEventType
 from plnt_common.golden import GoldenResult
 from plnt_common.resources import AnalysisStatus, Canary, PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
@@ -344,10 +344,20 @@ def follow_up(cause: Envelope, event_type: EventType, data: _Data, *, source: st
 
 
 def decode_event(raw: bytes) -> Envelope:
-    """Parse and check one event; raises ``SpecInvalid`` for a poison message."""
+    """Parse and check one event; raises ``UnknownEventType`` (a ``SpecInvalid``) for a
+    type this version does not know (a newer version's), ``SpecInvalid`` for a poison
+    message."""
     try:
         envelope = Envelope.model_validate_json(raw)
+    except ValueError as exc:  # pydantic's ValidationError
+        raise SpecInvalid(f"undecodable event: {str(exc).splitlines()[0]}") from None
+    if envelope.type.removeprefix(TYPE_PREFIX) not in EVENT_TYPES:
+        raise UnknownEventType(f"unknown event type {envelope.type!r}: a newer plnt's")
+    try:
         envelope.payload()
-    except ValueError as exc:  # pydantic's ValidationError and an unknown type both land here
+    except ValueError as exc:
         raise SpecInvalid(f"undecodable event: {str(exc).splitlines()[0]}") from None
     return envelope
+
+
+EVENT_TYPES = frozenset(event_type.value for event_type in EventType)

@@ -4,7 +4,9 @@ Delivery rules, made explicit rather than left to a framework default:
 - ack only after the handler returned (its outcome event is published by then);
 - an exception NAKs with back-off; after ``max_attempts`` the service's ``on_exhausted``
   publishes the step's failure event and the message is terminated, never dropped;
-- a message that cannot be decoded is logged and terminated (no redelivery loop);
+- a message that cannot be decoded is logged and terminated (no redelivery loop), except
+  an event of a type this version does not know: a newer version published it, so it is
+  NAKed with a delay for a newer replica of the shared durable, never terminated;
 - while a handler runs, ``in_progress`` keeps the message from being redelivered;
 - at most ``concurrency`` messages are taken at a time (``PullFeed`` asks for no more);
 - on stop, no more is asked for and in-flight handlers finish and ack before return.
@@ -25,8 +27,9 @@ from nats.js import api
 
 from plnt_common import faults, subjects
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.provision import ensure_durable
 from plnt_common.bus.pull_feed import PullFeed
-from plnt_common.errors import PlntError, SpecInvalid
+from plnt_common.errors import PlntError, SpecInvalid, UnknownEventType
 from plnt_common.events import Envelope, decode_event
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SAGA_STEP_DURATION, SAGA_STEP_RUNS
@@ -98,6 +101,9 @@ class _Retry:
     """How many of the run's later events were sent back behind it so far."""
 
 
+UNKNOWN_TYPE_DELAY_S = 5.0
+"""How long an event of a type this version does not know waits before it comes back:
+during a rolling upgrade a newer replica sharing the durable takes it meanwhile."""
 REBIND_PAUSE_S = 0.5
 """How long a consumer whose binding failed waits before it binds again."""
 HEARTBEATS_PER_ACK_WAIT = 3
@@ -142,7 +148,8 @@ class EventConsumer:
             max_deliver=-1,  # pragma: no mutate  (exhaustion is counted here, not by the server)
             max_ack_pending=max(1000, self._spec.concurrency * 4),
         )
-        await self._bus.js.add_consumer(subjects.STREAM, config)
+        # rewritten only when it differs and no newer plnt version wrote it
+        await ensure_durable(self._bus.js, subjects.STREAM, config)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, then wait for in-flight handlers."""
@@ -179,6 +186,10 @@ class EventConsumer:
         attempt = msg.metadata.num_delivered or 1  # pragma: no mutate
         try:
             envelope = decode_event(msg.data)
+        except UnknownEventType as exc:  # a newer version's: a newer replica handles it
+            log.warning("consumer.unknown_event_type", subject=msg.subject, error=str(exc))
+            await msg.nak(delay=UNKNOWN_TYPE_DELAY_S)
+            return
         except SpecInvalid as exc:
             log.error("consumer.poison_message", subject=msg.subject, error=str(exc))
             await msg.term()
