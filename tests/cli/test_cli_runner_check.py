@@ -20,7 +20,7 @@ ALL_HOLD = "runner contract v1: 7 of 7 clauses hold"
 
 
 def clause_lines(out: str) -> list[str]:
-    return [line for line in out.splitlines() if line[:1] in "✓✗"]
+    return [line for line in out.splitlines() if line[:1] in "✓✗?"]
 
 
 def test_the_standard_library_runner_keeps_all_seven_clauses(
@@ -42,7 +42,7 @@ def test_the_standard_library_runner_keeps_all_seven_clauses(
     ]
     assert re.fullmatch(r"✓ 2 healthz: 200 after \d+\.\d s", lines[1])
     assert "x-plnt-revision runner-check" in lines[2]
-    assert lines[6].startswith("✓ 7 sigterm: finished the call in flight and exited 0")
+    assert lines[6].startswith("✓ 7 sigterm: finished the call in flight (HTTP 200) and exited 0")
     assert result.out.rstrip().endswith(ALL_HOLD)
 
 
@@ -83,6 +83,27 @@ def test_a_runner_breaking_one_clause_is_caught_naming_it(
     missed = [entry for entry in clause_lines(result.out) if entry.startswith("✗")]
     assert missed == [line]
     assert result.out.rstrip().endswith("runner contract v1: 6 of 7 clauses hold")
+
+
+def test_a_workflow_that_fails_leaves_clause_3_not_judged_and_the_check_fails(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    workflow = tmp_path / "workflow.yaml"
+    workflow.write_text(
+        "apiVersion: microagents.dev/v1\nkind: Workflow\n"
+        "metadata: {name: calls-home, version: 1.0.0}\n"
+        "spec:\n  runtime: {image: 'ghcr.io/acme/calls-home:1'}\n  steps:\n"
+        "  - {id: call_home, tool: http.request, with: {url: 'http://127.0.0.1:9/closed'}}\n"
+    )
+    result = plnt(
+        capfd, "runner", "check", "--run", f"{PYTHON} -m plnt_runner", "--workflow", str(workflow)
+    )
+    assert result.code == 1, result
+    lines = clause_lines(result.out)
+    assert [line[0] for line in lines] == ["✓", "✓", "?", "✓", "✓", "✓", "✓"], result.out
+    assert lines[2].startswith("? 3 invoke: not judged: the invocation failed (HTTP 500: step")
+    assert lines[4] == "✓ 5 stream: 0 step, 0 token events, then one error event"
+    assert "(HTTP 500)" in lines[6]
 
 
 async def test_a_running_runner_is_checked_on_clauses_2_to_6(

@@ -5,7 +5,8 @@ clause) and a real nats-server."""
 from pathlib import Path
 
 import pytest
-from test_smoke_handlers import REVISION, handle, installed, smoke_verdicts
+from aiohttp import web
+from test_smoke_handlers import REVISION, handle, installed, serving_invoke, smoke_verdicts
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.saga import advance_latest_saga
@@ -62,3 +63,19 @@ async def test_a_canary_echoing_another_revision_misses_clause_3(nats_url: str) 
     assert kind is EventType.SMOKE_FAILED
     assert figures.failure is Reason.RUNNER_CONTRACT
     assert "clause 3 invoke: x-plnt-revision is 'some-other-revision'" in figures.reason
+
+
+async def test_a_canary_whose_workflow_fails_is_judged_by_its_error_budget_not_the_contract(
+    nats_url: str,
+) -> None:
+    async def failing(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"error": "step 'call_home' failed", "step": "call_home"}, status=500
+        )
+
+    async with serving_invoke(failing) as url:
+        kind, figures = await verdict(nats_url, "failing", url)
+    assert kind is EventType.SMOKE_FAILED
+    assert figures.failure is None
+    assert figures.reason.startswith("error rate 100.0% over budget"), figures.reason
+    assert figures.invocations == 3

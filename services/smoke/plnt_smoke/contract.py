@@ -70,10 +70,19 @@ class ClauseResult:
     clause: Clause
     held: bool
     detail: str
+    judged: bool = True
+    """False when the runner's answer allowed no judgement: the workflow itself failed on
+    the check's invocation, as clause 4 lets it. Not held, and not a miss either."""
+
+    @property
+    def missed(self) -> bool:
+        return self.judged and not self.held
 
     def line(self) -> str:
-        """``✓ 2 healthz: 200 after 0.4 s`` or ``✗ 3 invoke: response lacks usage``."""
-        return f"{'✓' if self.held else '✗'} {self.clause.label}: {self.detail}"
+        """``✓ 2 healthz: 200 after 0.4 s``, ``✗ 3 invoke: response lacks usage``, or
+        ``? 3 invoke: not judged: ...``."""
+        mark = "✓" if self.held else "✗" if self.judged else "?"
+        return f"{mark} {self.clause.label}: {self.detail}"
 
 
 def held(clause: Clause, detail: str) -> ClauseResult:
@@ -91,8 +100,8 @@ def not_checked(clauses: Sequence[Clause], why: str) -> list[ClauseResult]:
 
 def describe_misses(results: Sequence[ClauseResult]) -> str:
     """The missed clauses for a verdict (``runner contract v1: clause 3 invoke: ...``);
-    "" when every clause held."""
-    failed = [r for r in results if not r.held]
+    "" when no clause was missed (one not judged is no miss)."""
+    failed = [r for r in results if r.missed]
     if not failed:
         return ""
     clauses = "; ".join(f"clause {r.clause.label}: {r.detail}" for r in failed)
@@ -129,7 +138,14 @@ def result_body_problem(body: Any) -> str:
 
 
 def judge_invoke(answer: Answer, *, revision: str | None) -> ClauseResult:
-    """Clause 3; ``revision`` is the ``PLNT_RUNNER_REVISION`` the runner was given, when known."""
+    """Clause 3; ``revision`` is the ``PLNT_RUNNER_REVISION`` the runner was given, when known.
+
+    An error answer as clause 4 describes (4xx or 5xx with ``error``: the body did not
+    match ``spec.input``, a step failed) is not judged: a canary whose workflow fails is
+    for the smoke test's error budget to judge, not the contract."""
+    failure = _error_answer(answer)
+    if failure:
+        return not_judged(Clause.INVOKE, failure)
     if answer.status != 200:
         return missed(Clause.INVOKE, f"answered {answer.describe()}{_excerpt(answer)}")
     body, problem = _json(answer.body)
@@ -195,7 +211,11 @@ def parse_sse(text: str) -> list[tuple[str, str]]:
 
 
 def judge_stream(answer: Answer) -> ClauseResult:
-    """Clause 5: the SSE answer to an invocation."""
+    """Clause 5: the SSE answer to an invocation; an error answer before any event (4xx or
+    5xx with ``error``) is not judged, as in clause 3."""
+    failure = _error_answer(answer)
+    if failure:
+        return not_judged(Clause.STREAM, failure)
     if answer.status != 200:
         return missed(Clause.STREAM, f"answered {answer.describe()}{_excerpt(answer)}")
     kind = answer.headers.get("content-type", "")
@@ -262,7 +282,7 @@ def judge_drain(
     ``exit_code`` is None when it had not exited ``DRAIN_LIMIT_S`` after the signal."""
     if exit_code is None:
         return missed(Clause.SIGTERM, f"still running {DRAIN_LIMIT_S:g} s after SIGTERM")
-    if call.status != 200:
+    if call.status == 0:
         return missed(
             Clause.SIGTERM, f"the call in flight at SIGTERM got {call.describe()}, not its answer"
         )
@@ -270,8 +290,28 @@ def judge_drain(
         return missed(Clause.SIGTERM, "killed by SIGTERM instead of shutting down")
     return held(
         Clause.SIGTERM,
-        f"finished the call in flight and exited {exit_code} {exited_after_s:.1f} s after SIGTERM",
+        f"finished the call in flight (HTTP {call.status}) and exited {exit_code} "
+        f"{exited_after_s:.1f} s after SIGTERM",
     )
+
+
+def not_judged(clause: Clause, failure: str) -> ClauseResult:
+    return ClauseResult(
+        clause=clause,
+        held=False,
+        judged=False,
+        detail=f"not judged: the invocation failed ({failure})",
+    )
+
+
+def _error_answer(answer: Answer) -> str:
+    """``HTTP 500: <error>`` when ``answer`` is a 4xx or 5xx holding a JSON ``error``."""
+    if answer.status < 400:
+        return ""
+    body, problem = _json(answer.body)
+    if problem or not isinstance(body, dict) or "error" not in body:
+        return ""
+    return f"HTTP {answer.status}: {str(body['error'])[:160]}"
 
 
 def _json(raw: bytes) -> tuple[Any, str]:
