@@ -420,6 +420,7 @@ def test_built_in_tables_have_the_server_columns(objects: Objects, http: Http) -
     shown = [c["name"] for c in events["columnDefinitions"] if c["priority"] == 0]
     assert shown == ["Last Seen", "Type", "Reason", "Object", "Message"]
     assert events["rows"][0]["cells"][1:4] == ["Normal", "Pending", "workflowrun/a"]
+    assert events["rows"][0]["cells"][0].endswith(("s", "m", "h", "d"))  # an age
 
 
 # --- field selectors, watch lists, bodies ---------------------------------------------------
@@ -437,6 +438,7 @@ def event_about(run: dict[str, Any], reason: str) -> dict[str, Any]:
             "uid": meta["uid"],
         },
         "reason": reason,
+        "eventTime": "2026-12-04T09:32:12.650372Z",  # a MicroTime, as the watcher writes
         "message": f"phase -> {reason}",
         "type": "Normal",
         "source": {"component": "plnt-watcher"},

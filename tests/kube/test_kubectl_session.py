@@ -216,6 +216,16 @@ def test_the_documented_kubectl_session_installs_rolls_out_and_removes_a_workflo
     assert reasons[0] == "Pending" and reasons[-1] == "Ready", described
     assert all(row[0] == "Normal" and row[3] == "plnt-watcher" for row in events[2:]), described
 
+    # the Events of every run, as the Observe section lists them
+    listed = columns(
+        kubectl.ok(
+            "get", "events", "-n", NAMESPACE, "--field-selector", "involvedObject.kind=WorkflowRun"
+        )
+    )
+    assert listed[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], listed
+    assert {row[3] for row in listed[1:]} == {f"workflowrun/{RUN}"}, listed
+    assert "Ready" in {row[2] for row in listed[1:]}, listed
+
     # strict field validation (kubectl's default) names the unknown field
     unknown = run_manifest(registry, "1.0.0", colour="blue")
     refused = kubectl.refused("apply", "-n", NAMESPACE, "-f", "-", stdin=unknown)

@@ -23,6 +23,7 @@ served. Authentication is not checked.
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,6 +38,7 @@ from plnt_testkit.kube_emulator.store import ObjectStore, Write
 from plnt_testkit.kube_emulator.types import ApiError, ResourceType
 from plnt_testkit.kube_emulator.watch_hub import Closed, Expired, Subscription, WatchEvent
 
+logger = logging.getLogger(__name__)
 TICK_S = 0.2
 """How often an idle watch checks whether its client went away."""
 MIN_WAIT_S = 0.01
@@ -149,6 +151,10 @@ class ApiHandler:
             response = self._describe(request) or await self._dispatch(request)
         except ApiError as err:
             response = _json(err.status(), err.code)
+        except Exception as exc:  # an emulator bug: say which, in the Status kubectl prints
+            logger.exception("kube emulator: %s %s failed", request.method, request.path_qs)
+            error = ApiError(500, "InternalError", f"emulator error: {exc!r}")
+            response = _json(error.status(), 500)
         self.log.append(Served(request.method, request.path_qs, response.status))
         return response
 

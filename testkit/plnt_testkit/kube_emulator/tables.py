@@ -69,9 +69,12 @@ def _scalar(value: Any) -> Any:
 
 def age(timestamp: str | None, *, now: datetime | None = None) -> str:
     """A timestamp as kubectl shows an age: ``45s``, ``3m``, ``2h``, ``4d``."""
-    if not timestamp:
+    try:  # RFC 3339, with or without fractional seconds (MicroTime)
+        then = datetime.fromisoformat(str(timestamp).replace("Z", "+00:00"))
+    except ValueError:
         return "<unknown>"
-    then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
     seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
     if seconds < 120:
         return f"{seconds}s"
