@@ -2,6 +2,11 @@
 
 Every publish sets ``Nats-Msg-Id`` so a redelivered handler that publishes again is
 deduplicated by the server, and retries through outages with the same id.
+
+A store out of room (a limit reached with discard-new, or the server's disk full) answers
+503 like a leaderless stream: ``full_store`` tells them apart, a publish keeps retrying
+it (room frees as old events age out or an operator acts) and raises ``BusFull`` naming
+the store and the setting when its deadline passes, never a bare ``ServiceUnavailable``.
 """
 
 import asyncio
@@ -12,6 +17,7 @@ from nats.errors import ConnectionClosedError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.errors import (
+    APIError,
     KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
@@ -25,12 +31,12 @@ from plnt_common import subjects
 from plnt_common.bus.connection import connect
 from plnt_common.bus.kv_watch import Reconnects
 from plnt_common.bus.provision import ensure_jetstream
-from plnt_common.errors import BusUnavailable
+from plnt_common.errors import BusFull, BusUnavailable
 from plnt_common.events import Envelope
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.saga import TerminalClaim
-from plnt_common.settings import replicas_setting
+from plnt_common.settings import bus_settings, replicas_setting
 
 log = get_logger(__name__)
 
@@ -38,6 +44,22 @@ PUBLISH_RETRY_DELAYS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 """Back-off between publish attempts; the last delay repeats until the deadline."""
 PUBLISH_ATTEMPT_S = 2.0
 """How long one publish attempt waits for the server's acknowledgement."""
+
+
+FULL_STORE_ERRORS = {10077, 10047, 10028}
+"""JetStream's 'store failed' (a limit reached: 'maximum bytes exceeded', 'maximum messages
+exceeded') and 'insufficient storage / memory resources available' (the disk is full)."""
+
+
+def full_store(exc: BaseException, store: str, setting: str) -> BusFull | None:
+    """``BusFull`` naming ``store`` and the ``setting`` that sizes it when ``exc`` is a
+    refusal for want of room, else None."""
+    if not isinstance(exc, APIError) or exc.err_code not in FULL_STORE_ERRORS:
+        return None
+    return BusFull(
+        f"{store} is full ({exc.description}): free room on the NATS servers' disks or "
+        f"raise {setting}; the write is retried until it fits"
+    )
 
 
 def message_id(envelope: Envelope, step: str = "") -> str:
@@ -74,7 +96,7 @@ class Bus:
             on_reconnected=reconnects.mark,
         )
         js = nc.jetstream()  # the client's API timeout: 5 s
-        await ensure_jetstream(js, replicas=replicas_setting())
+        await ensure_jetstream(js, replicas=replicas_setting(), limits=bus_settings())
         events = await js.stream_info(subjects.STREAM)
         return cls(
             nc=nc,
@@ -116,6 +138,7 @@ class Bus:
         give_up_at = loop.time() + deadline_s
         attempt = 0
         unanswered = False  # an attempt timed out: the server may have stored it
+        full: BusFull | None = None  # the stream refused for want of room
         while True:
             try:
                 # an attempt never waits past the deadline
@@ -132,7 +155,11 @@ class Bus:
                 ConnectionClosedError,
             ) as exc:
                 unanswered = unanswered or isinstance(exc, NatsTimeout)
+                # an attempt cut short by the deadline after refusals still was refused
+                full = full_store(exc, subjects.STREAM, "PLNT_EVENTS_MAX_BYTES") or full
                 if loop.time() >= give_up_at:  # pragma: no mutate (`>`: only at that instant)
+                    if full is not None:
+                        raise full from None
                     raise BusUnavailable(
                         f"publishing {subject} failed for {deadline_s}s: {exc!r}"
                     ) from None
@@ -143,7 +170,7 @@ class Bus:
                     subject=subject,
                     attempt=attempt,
                     delay_s=delay,
-                    error=repr(exc),
+                    error=str(full) if full is not None else repr(exc),
                 )
                 await asyncio.sleep(delay)
 
@@ -159,7 +186,12 @@ class Bus:
         try:
             await self.sagas.create(envelope.sagaid, claim.encode())
             SIDE_EFFECTS.labels(self.service, "terminal_claim").inc()
-        except KeyWrongLastSequenceError:
+        except APIError as exc:
+            if not isinstance(exc, KeyWrongLastSequenceError):
+                full = full_store(exc, subjects.SAGAS_BUCKET, "PLNT_BUCKETS_MAX_BYTES")
+                if full is not None:
+                    raise full from None
+                raise
             existing = await self.terminal_claim(envelope.sagaid)
             if existing is None:  # purged meanwhile (tests); the saga is no longer tracked
                 return False

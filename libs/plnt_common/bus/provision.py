@@ -182,7 +182,7 @@ def merged_config(
     existing: api.StreamConfig,
     *,
     version: str,
-    subjects: list[str] | None = None,
+    stream_subjects: list[str] | None = None,
     max_age_s: Limit | None = None,
     max_bytes: Limit | None = None,
     at_least: Mapping[str, int] | None = None,
@@ -195,9 +195,9 @@ def merged_config(
     if newer_writer(existing.metadata, version) is not None:
         return None
     changes: dict[str, object] = {}
-    if subjects is not None:
+    if stream_subjects is not None:
         joined = list(existing.subjects or [])
-        joined += [subject for subject in subjects if subject not in joined]
+        joined += [subject for subject in stream_subjects if subject not in joined]
         changes["subjects"] = joined
     for field, value in (at_least or {}).items():
         current = getattr(existing, field)
@@ -215,22 +215,42 @@ def merged_config(
 
 
 def _same(before: object, after: object) -> bool:
-    """Whether two values of a field say the same; an absent number is NATS's 'no limit'
-    (0 or -1, which compare equal here as no limit)."""
+    """Whether two values of a field say the same; an absent or non-positive number is
+    NATS's 'no limit' (0 for an age, -1 for a size), so those compare equal."""
     if isinstance(after, (int, float)):
-
-        def normal(value: object) -> float:
-            return -1.0 if value is None or float(value) <= 0 else float(value)  # type: ignore[arg-type]
-
-        return normal(before) == normal(after)
+        return _number(before) == _number(after)
     return before == after
 
 
-async def _merge(js: JetStreamContext, stream: str, version: str, **wishes: object) -> None:
-    """Rewrite ``stream``'s configuration with ``wishes`` merged (``merged_config``) when it
-    differs and no newer version wrote it; log either."""
+def _number(value: object) -> float:
+    if isinstance(value, (int, float)) and value > 0:
+        return float(value)
+    return -1.0
+
+
+async def _merge(
+    js: JetStreamContext,
+    stream: str,
+    version: str,
+    *,
+    stream_subjects: list[str] | None = None,
+    max_age_s: Limit | None = None,
+    max_bytes: Limit | None = None,
+    at_least: Mapping[str, int] | None = None,
+    description: str | None = None,
+) -> None:
+    """Rewrite ``stream``'s configuration with these wishes merged (``merged_config``) when
+    it differs and no newer version wrote it; log either."""
     existing = (await js.stream_info(stream)).config
-    merged = merged_config(existing, version=version, **wishes)  # type: ignore[arg-type]
+    merged = merged_config(
+        existing,
+        version=version,
+        stream_subjects=stream_subjects,
+        max_age_s=max_age_s,
+        max_bytes=max_bytes,
+        at_least=at_least,
+        description=description,
+    )
     if merged is None:
         if (writer := newer_writer(existing.metadata, version)) is not None:
             log.info("provision.config_kept", stream=stream, written_by=writer, own=version)
@@ -321,7 +341,7 @@ async def _ensure_stream(
         js,
         subjects.STREAM,
         version,
-        subjects=list(subjects.STREAM_SUBJECTS),
+        stream_subjects=list(subjects.STREAM_SUBJECTS),
         max_age_s=limits.events_max_age_s,
         max_bytes=limits.events_max_bytes,
         at_least={"duplicate_window": DUPLICATE_WINDOW_S, "max_msg_size": MAX_EVENT_BYTES},
