@@ -464,6 +464,18 @@ BACKEND_CASES: list[tuple[str, Callable[[], dict[str, Any]], Mutation, bool]] = 
         _set("spec.llm.inputPricePerMTokUsd", 0.15),
         True,
     ),
+    (
+        "llm-structured-outputs",
+        kubernetes_backend,
+        _set("spec.llm.structuredOutputs", True),
+        True,
+    ),
+    (
+        "llm-structured-outputs-not-a-bool",
+        kubernetes_backend,
+        _set("spec.llm.structuredOutputs", "sometimes"),
+        False,
+    ),
     ("llm-negative-price", kubernetes_backend, _set("spec.llm.outputPricePerMTokUsd", -1), False),
     ("llm-ftp-url", kubernetes_backend, _set("spec.llm.baseUrl", "ftp://llm"), False),
     ("llm-empty-model", kubernetes_backend, _set("spec.llm.model", ""), False),
