@@ -51,7 +51,20 @@ CHART_DEFAULTS: dict[tuple[str, str], Any] = {
     **{(s, "metricsPort"): 9090 for s in ("watcher", "puller", "installer", "smoke", "promoter")},
 }
 # Read by every service without a service prefix; set from top-level values.
-UNPREFIXED = {"nats_url", "nats_replicas", "log_level", "log_format", "router_public_url"}
+UNPREFIXED = {
+    "nats_url",
+    "nats_replicas",
+    "log_level",
+    "log_format",
+    "router_public_url",
+    # the bus's: top-level natsPingInterval, natsMaxOutstandingPings and retention.*
+    "nats_ping_interval",
+    "nats_max_outstanding_pings",
+    "events_max_age",
+    "events_max_bytes",
+    "buckets_max_bytes",
+    "sagas_max_age",
+}
 
 NAMESPACE = "plnt-system"
 EXTERNAL_NATS = "nats://nats.messaging.svc.cluster.local:4222"
@@ -61,6 +74,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "nats-external-url": {"externalNatsUrl": EXTERNAL_NATS},
     "overrides": {
         "logLevel": "debug",
+        "retention": {
+            "eventsMaxAge": "90d",
+            "eventsMaxBytes": "8GiB",
+            "bucketsMaxBytes": "1GiB",
+            "sagasMaxAge": "90d",
+        },
         "routerPublicUrl": "https://agents.example.com/",
         "watcher": {"replicaCount": 2, "deadlinePullingS": 90},
         "puller": {

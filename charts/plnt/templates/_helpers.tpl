@@ -134,6 +134,17 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   value: {{ include "plnt.natsUrl" $root | quote }}
 - name: PLNT_NATS_REPLICAS
   value: {{ $root.Values.natsReplicas | quote }}
+- name: PLNT_NATS_PING_INTERVAL
+  value: {{ $root.Values.natsPingInterval | quote }}
+- name: PLNT_NATS_MAX_OUTSTANDING_PINGS
+  value: {{ $root.Values.natsMaxOutstandingPings | quote }}
+{{- range $key, $variable := dict "eventsMaxAge" "PLNT_EVENTS_MAX_AGE" "eventsMaxBytes" "PLNT_EVENTS_MAX_BYTES" "bucketsMaxBytes" "PLNT_BUCKETS_MAX_BYTES" "sagasMaxAge" "PLNT_SAGAS_MAX_AGE" }}
+{{- $value := index ($root.Values.retention | default dict) $key }}
+{{- if not (kindIs "invalid" $value) }}
+- name: {{ $variable }}
+  value: {{ include "plnt.envValue" $value | quote }}
+{{- end }}
+{{- end }}
 - name: PLNT_LOG_LEVEL
   value: {{ $root.Values.logLevel | quote }}
 - name: PLNT_LOG_FORMAT
