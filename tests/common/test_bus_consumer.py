@@ -322,7 +322,9 @@ async def test_a_failure_that_cannot_be_published_is_tried_again_after_the_last_
             "handler.exhausted_publish_failed",
             "ConnectionError('bus down')",
         ),
-        ("handler.exhausted", "delivery attempts exhausted"),
+        # the step's own reason again, not 'delivery attempts exhausted' (the failure
+        # event names why the step failed)
+        ("handler.exhausted", "always fails"),
     ]
     # the delivery past the last attempt reports its own event, then is terminated
     assert exhausted_for == ["unrecorded", "unrecorded"]

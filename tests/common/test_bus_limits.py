@@ -164,7 +164,7 @@ async def test_a_step_failing_on_a_full_stream_names_it_and_its_failure_lands_on
         reasons.append(str(exc))
         exhausted.set()
         await bus.publish(deleted(f"{event.name}-failed"), deadline_s=0.2)
-        recorded.set()
+        recorded.set()  # the failure event names the last reason (a real service's run.failed)
 
     spec = ConsumerSpec(
         service="full",
@@ -183,4 +183,6 @@ async def test_a_step_failing_on_a_full_stream_names_it_and_its_failure_lands_on
     finally:
         stop.set()
         await asyncio.wait_for(running, timeout=10)
-    assert "PLNT_EVENTS is full" in reasons[0] and "PLNT_EVENTS_MAX_BYTES" in reasons[0]
+    # every attempt to record the failure, the one that landed too, says why the step failed
+    assert len(reasons) >= 2
+    assert all("PLNT_EVENTS is full" in reason for reason in reasons), reasons

@@ -135,6 +135,9 @@ class EventConsumer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._run_tails: dict[str, _RunTail] = {}
         self._retries: dict[str, _Retry] = {}
+        self._unrecorded: dict[int, BaseException] = {}
+        """Why a message's step failed, by stream sequence, while its failure could not be
+        recorded (the stream full, say): the next delivery records that reason."""
 
     async def ensure_consumer(self) -> None:
         config = api.ConsumerConfig(
@@ -282,7 +285,10 @@ class EventConsumer:
         started = time.perf_counter()
         outcome = "ok"
         if attempt > self._spec.max_attempts:
-            await self._exhausted(msg, envelope, RuntimeError("delivery attempts exhausted"))
+            last = self._unrecorded.get(msg.metadata.sequence.stream)
+            await self._exhausted(
+                msg, envelope, last or RuntimeError("delivery attempts exhausted")
+            )
             return None
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
@@ -320,8 +326,10 @@ class EventConsumer:
             await self._on_exhausted(envelope, exc)
         except Exception as publish_error:  # could not record the failure: try again later
             log.error("handler.exhausted_publish_failed", error=repr(publish_error))
+            self._unrecorded[msg.metadata.sequence.stream] = exc
             await msg.nak(delay=self._spec.backoff_s[-1])
             return
+        self._unrecorded.pop(msg.metadata.sequence.stream, None)
         await msg.term()
 
     async def _keep_alive(self, msg: Msg) -> None:
