@@ -2,6 +2,9 @@
 and a full store named in the error and written once room frees."""
 
 import asyncio
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from nats.js import api
@@ -13,6 +16,7 @@ from plnt_common.bus.kv_batch import bucket_stream
 from plnt_common.bus.provision import WRITER_KEY, ensure_jetstream, plnt_version
 from plnt_common.errors import BusFull
 from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
+from plnt_common.nats_server import free_port, nats_server_binary, wait_for_port
 from plnt_common.settings import BusSettings, Limit
 
 DAY_S = 86_400.0
@@ -113,10 +117,13 @@ async def fill(bus: Bus, stream: str) -> None:
     await operator_sets(bus, stream, max_bytes=4096, discard=api.DiscardPolicy.NEW)
 
 
-async def publish_until_full(bus: Bus, namespace: str = "fill") -> None:
-    """Publish to the filled events stream until it refuses: raises ``BusFull`` then."""
-    for index in range(100):
-        await bus.publish(deleted(f"filler-{index}", namespace=namespace), deadline_s=0.5)
+async def publish_until_full(bus: Bus, namespace: str = "fill", size: int = 0) -> None:
+    """Publish to the events stream until it refuses: raises ``BusFull`` then. Each event
+    carries ``size`` KiB more in its source."""
+    for index in range(1000):
+        event = deleted(f"filler-{index}", namespace=namespace)
+        event = event.model_copy(update={"source": "x" * 1024 * size or "test"})
+        await bus.publish(event, deadline_s=0.5)
     raise AssertionError("the stream never filled")
 
 
@@ -186,3 +193,40 @@ async def test_a_step_failing_on_a_full_stream_names_it_and_its_failure_lands_on
     # every attempt to record the failure, the one that landed too, says why the step failed
     assert len(reasons) >= 2
     assert all("PLNT_EVENTS is full" in reason for reason in reasons), reasons
+
+
+@pytest.fixture
+def small_server(tmp_path: Path) -> Iterator[str]:
+    """A nats-server whose JetStream may store 256 KB: full, it answers as a full disk does
+    ('insufficient resources')."""
+    port = free_port()
+    config = tmp_path / "nats-server.conf"
+    config.write_text(
+        f"host: 127.0.0.1\nport: {port}\n"
+        f'jetstream {{ store_dir: "{tmp_path / "js"}", max_file_store: 256KB }}\n'
+    )
+    process = subprocess.Popen(
+        [nats_server_binary(), "-c", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def test_a_server_out_of_storage_is_named_and_a_publish_lands_once_room_frees(
+    small_server: str,
+) -> None:
+    bus = await Bus.open(small_server, service="test")
+    with pytest.raises(BusFull, match=r"PLNT_EVENTS is full \(insufficient resources\)"):
+        await publish_until_full(bus, size=1)
+    publishing = asyncio.create_task(bus.publish(deleted("late"), deadline_s=30))
+    await asyncio.sleep(1.0)
+    assert not publishing.done(), "a publish to a full server gave up at once"
+    await bus.js.purge_stream(subjects.STREAM)  # room frees
+    assert await asyncio.wait_for(publishing, timeout=30) is True
+    await bus.close()

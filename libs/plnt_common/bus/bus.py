@@ -46,15 +46,25 @@ PUBLISH_ATTEMPT_S = 2.0
 """How long one publish attempt waits for the server's acknowledgement."""
 
 
-FULL_STORE_ERRORS = {10077, 10047, 10028}
-"""JetStream's 'store failed' (a limit reached: 'maximum bytes exceeded', 'maximum messages
-exceeded') and 'insufficient storage / memory resources available' (the disk is full)."""
+OUT_OF_ROOM_ERRORS = {10047, 10028, 10023}
+"""JetStream's 'insufficient storage / memory resources available' and 'insufficient
+resources': the servers' disks (or their JetStream limits) are full."""
+STORE_FAILED = 10077
+"""JetStream's 'store failed', which says why: out of room when a limit is reached
+('maximum bytes exceeded', 'maximum messages exceeded') or the disk is full."""
+OUT_OF_ROOM_WORDS = ("maximum bytes", "maximum messages", "no space", "resources")
 
 
 def full_store(exc: BaseException, store: str, setting: str) -> BusFull | None:
     """``BusFull`` naming ``store`` and the ``setting`` that sizes it when ``exc`` is a
     refusal for want of room, else None."""
-    if not isinstance(exc, APIError) or exc.err_code not in FULL_STORE_ERRORS:
+    if not isinstance(exc, APIError):
+        return None
+    said = (exc.description or "").lower()
+    out_of_room = exc.err_code in OUT_OF_ROOM_ERRORS or (
+        exc.err_code == STORE_FAILED and any(word in said for word in OUT_OF_ROOM_WORDS)
+    )
+    if not out_of_room:
         return None
     return BusFull(
         f"{store} is full ({exc.description}): free room on the NATS servers' disks or "
@@ -153,10 +163,17 @@ class Bus:
                 NoStreamResponseError,  # no stream leader yet: a cluster electing one
                 ServiceUnavailableError,
                 ConnectionClosedError,
+                APIError,  # only a store out of room (500 on a full disk): others raise below
             ) as exc:
+                refused = full_store(exc, subjects.STREAM, "PLNT_EVENTS_MAX_BYTES")
+                transient = not isinstance(exc, APIError) or isinstance(
+                    exc, ServiceUnavailableError
+                )
+                if not transient and refused is None:
+                    raise
                 unanswered = unanswered or isinstance(exc, NatsTimeout)
                 # an attempt cut short by the deadline after refusals still was refused
-                full = full_store(exc, subjects.STREAM, "PLNT_EVENTS_MAX_BYTES") or full
+                full = refused or full
                 if loop.time() >= give_up_at:  # pragma: no mutate (`>`: only at that instant)
                     if full is not None:
                         raise full from None
