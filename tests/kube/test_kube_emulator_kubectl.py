@@ -7,7 +7,9 @@ plnt's does.
 """
 
 import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -222,6 +224,24 @@ def test_deleting_a_crd_without_objects_stops_serving_it_at_once(http: Http) -> 
     assert http("GET", f"{CRD_PATH}/widgets.example.com").status_code == 404
     assert "widgets" not in resources(http, "apiextensions.k8s.io/v1")  # just the CRDs
     assert http("GET", "/apis/example.com/v1").status_code == 404
+
+
+def test_deleting_a_crd_ends_the_open_watches_of_its_type(
+    http: Http, emulator: KubeEmulator
+) -> None:
+    http.json("POST", CRD_PATH, widget_crd())
+    with ThreadPoolExecutor(1) as pool:
+        watch = pool.submit(watch_lines, http, f"{WIDGETS}?watch=true&timeoutSeconds=30")
+        deadline = time.monotonic() + 5
+        while not emulator.open_watches("widgets") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert emulator.open_watches("widgets"), "the watch did not open"
+        started = time.monotonic()
+        http.json("DELETE", f"{CRD_PATH}/widgets.example.com")
+        assert watch.result(timeout=10) == []
+
+    assert time.monotonic() - started < 5
+    assert emulator.open_watches("widgets") == []
 
 
 def test_a_crd_being_deleted_waits_for_its_objects_finalizers_and_refuses_new_objects(

@@ -272,3 +272,12 @@ def test_the_documented_kubectl_session_installs_rolls_out_and_removes_a_workflo
     kinds, keys = asyncio.run(bus_leftovers(stack.config.nats_url))
     assert kinds[EventType.RUN_REMOVED] == 1, kinds
     assert keys == []
+
+    # the uninstall: backends, then the CRDs, after which their types are not served
+    assert 'plntbackend.plnt.work "gpu-cluster-01" deleted' in kubectl.ok(
+        "delete", "plntbackends", "--all"
+    )
+    kubectl.ok("delete", "-f", str(REPO / "charts" / "plnt" / "crds"))
+    assert "workflowruns" not in kubectl.ok("api-resources", "--api-group=plnt.work")
+    unserved = kubectl.refused("get", "workflowruns.plnt.work", "-A")
+    assert 'doesn\'t have a resource type "workflowruns"' in unserved, unserved

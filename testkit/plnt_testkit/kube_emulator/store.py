@@ -387,7 +387,7 @@ class ObjectStore:
         Meanwhile the CRD carries the cleanup finalizer and refuses new objects."""
         name = current["metadata"]["name"]
         if not self._instances(name):
-            del self._served[name]
+            self._withdraw(name)
             return self._remove(CUSTOM_RESOURCE_DEFINITIONS, current), True
         marked = copy.deepcopy(current)
         if not marked["metadata"].get("deletionTimestamp"):
@@ -411,8 +411,12 @@ class ObjectStore:
         crd = self._objects.get((CUSTOM_RESOURCE_DEFINITIONS, "", name))
         if crd is None or not crd["metadata"].get("deletionTimestamp") or self._instances(name):
             return None
-        del self._served[name]
+        self._withdraw(name)
         return self._remove(CUSTOM_RESOURCE_DEFINITIONS, crd), True
+
+    def _withdraw(self, name: str) -> None:
+        """Stop serving a CRD's types; their open watches end."""
+        self.watches.close_types({v.rtype for v in self._served.pop(name)})
 
     # --- write internals ---------------------------------------------------------------
 

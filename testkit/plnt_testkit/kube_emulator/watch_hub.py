@@ -144,8 +144,12 @@ class WatchHub:
         """End every open watch cleanly, as the server does at its request timeout."""
         return self._end(Closed())
 
-    def _end(self, sentinel: "Expired | Closed") -> int:
-        ended = list(self._subscriptions)
+    def close_types(self, rtypes: set[ResourceType]) -> int:
+        """End the open watches of ``rtypes`` cleanly (their CRD is gone)."""
+        return self._end(Closed(), only=rtypes)
+
+    def _end(self, sentinel: "Expired | Closed", only: set[ResourceType] | None = None) -> int:
+        ended = [s for s in self._subscriptions if only is None or s.rtype in only]
         for subscription in ended:
             subscription.queue.put_nowait(sentinel)
             self._subscriptions.discard(subscription)
