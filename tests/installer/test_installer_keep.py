@@ -154,3 +154,17 @@ async def test_a_revert_recorded_before_its_run_reverted_arrives_is_never_undone
     await advance_latest_saga(bus, RUN_NS, RUN, f"{RUN_NS}.{RUN}.2.2")
     await asyncio.wait_for(holding, timeout=2)
     assert backend.held[old.release].role is ReleaseRole.PREVIOUS  # kept, not retired
+
+
+async def test_a_replayed_run_ready_of_a_reverted_saga_leaves_the_stable_installed(
+    bus: Bus, handlers: InstallerHandlers, backend: MemoryBackend
+) -> None:
+    # the Ready saga was reverted: its attempt 2 is the latest, the kept g1 serves as the
+    # stable again and g2 is gone; a redelivery of the old run.ready (a durable re-created
+    # from an old position, say) must not retire g1 nor bring g2 back
+    old, _, ready = await promoted_keeping(bus, backend, None)
+    await advance_latest_saga(bus, RUN_NS, RUN, f"{RUN_NS}.{RUN}.2.2")
+    backend.held = {old.release: old}
+    await asyncio.wait_for(handle(handlers, ready), timeout=2)
+    assert backend.held == {old.release: old}
+    assert backend.calls == []

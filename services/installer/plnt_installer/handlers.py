@@ -295,6 +295,12 @@ class InstallerHandlers:
         previous) until the window ends; this delivery is held until then (``keep``).
         """
         data: RunReady = event.payload()
+        latest, _ = await latest_saga(self._bus, event.namespace, event.name)
+        if logic.reverted_since(event.sagaid, latest):
+            # a late or replayed run.ready of a reverted saga: the revision it promoted was
+            # retired and the one it would retire serves again
+            log.info("saga.ready_after_revert", latest=latest)
+            return
         held = await self._held(event.namespace, event.name)
         for backend, release in held:
             if release.saga_id == event.sagaid and release.role is not ReleaseRole.STABLE:
