@@ -63,6 +63,8 @@ async def test_a_new_bus_has_the_limits_of_its_settings(
     assert (await config_of(bus, bucket_stream(subjects.SAGAS_BUCKET))).max_age == 30 * DAY_S
     assert not (await config_of(bus, bucket_stream(subjects.RUNS_BUCKET))).max_age
     assert (await config_of(bus, f"OBJ_{subjects.SPECS_OBJECT_STORE}")).max_bytes == 2**20
+    for stream in (bucket_stream(subjects.RUNS_BUCKET), f"OBJ_{subjects.SPECS_OBJECT_STORE}"):
+        assert ((await config_of(bus, stream)).metadata or {}).get(WRITER_KEY) == plnt_version()
     await bus.close()
 
 

@@ -189,9 +189,10 @@ def merged_config(
     description: str | None = None,
 ) -> api.StreamConfig | None:
     """``existing`` with this version's wishes merged in, or None when it needs no rewrite
-    (it already says the same, or a newer version wrote it). Subjects are joined, the
-    ``at_least`` fields (duplicate window, message size) only grow, limits follow
-    ``limited``; every other field (replicas, placement, what an operator set) is kept."""
+    (it already says the same and names its writer, or a newer version wrote it).
+    Subjects are joined, the ``at_least`` fields (duplicate window, message size) only
+    grow, limits follow ``limited``; every other field (replicas, placement, what an
+    operator set) is kept."""
     if newer_writer(existing.metadata, version) is not None:
         return None
     changes: dict[str, object] = {}
@@ -208,7 +209,8 @@ def merged_config(
         changes["max_bytes"] = int(limited(existing.max_bytes, max_bytes) or -1)
     if description is not None:
         changes["description"] = description
-    if all(_same(getattr(existing, field), value) for field, value in changes.items()):
+    unmarked = WRITER_KEY not in (existing.metadata or {})  # created without (a bucket)
+    if not unmarked and all(_same(getattr(existing, f), v) for f, v in changes.items()):
         return None
     changes["metadata"] = own_metadata(existing.metadata, version)
     return dataclasses.replace(existing, **changes)  # type: ignore[arg-type]
@@ -445,7 +447,6 @@ async def _ensure_object_store(
                 replicas=replicas or 1,
                 max_bytes=int(limits.buckets_max_bytes.value) or -1,
             )
-            return
         except BadRequestError:
             await js.object_store(subjects.SPECS_OBJECT_STORE)
     await _merge(js, stream, version, max_bytes=limits.buckets_max_bytes)
