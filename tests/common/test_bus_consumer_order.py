@@ -1,82 +1,166 @@
-"""An ordered consumer never hands a run's later event on ahead of an earlier one that
-failed: the later one comes back after it (real nats-server)."""
+"""An ordered consumer handles a run's events one at a time in stream order, however
+many replicas share its durable, and counts each event's attempts as its own handler
+runs (real nats-server)."""
 
 import asyncio
-import itertools
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from nats.aio.msg import Msg
 from test_bus_consumer import deleted_event
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
-from plnt_common.bus.consumer import BEHIND_A_RETRY_S, ConsumerSpec, Delivery, EventConsumer
+from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer
 from plnt_common.events import Envelope, EventType
 
+Handler = Callable[[Envelope, Delivery], Awaitable[None]]
 
-async def test_a_later_event_of_a_run_waits_for_an_earlier_one_that_failed(
-    nats_url: str,
-) -> None:
-    bus = await Bus.open(nats_url, service="test")
-    for generation in range(1, 7):  # five later events held behind the same retry
-        await bus.publish(deleted_event("a", generation))
-    await bus.publish(deleted_event("b", 1))
-    handled: list[str] = []
-    held_attempts: list[int] = []
-    done = asyncio.Event()
 
-    async def handler(event: Envelope, delivery: Delivery) -> None:
-        label = f"{event.name}{event.generation}"
-        if label == "a1" and delivery.attempt == 1:
-            handled.append("a1 failed")
-            raise RuntimeError("transient")  # e.g. a KV write timing out in an election
-        handled.append(label)
-        if event.name == "a" and event.generation > 1:
-            held_attempts.append(delivery.attempt)
-        if len(handled) == 8:
-            done.set()
-
-    async def exhausted(event: Envelope, exc: BaseException) -> None:
-        raise AssertionError(f"{event.name} exhausted: {exc!r}")
-
+def ordered_spec(**changes: Any) -> ConsumerSpec:
     spec = ConsumerSpec(
         service="ordered",
         filters=(subjects.event_filter(EventType.RUN_DELETED),),
         ordered_by_run=True,
         backoff_s=(0.3,),
     )
+    return dataclasses.replace(spec, **changes)
+
+
+async def never_exhausted(event: Envelope, exc: BaseException) -> None:
+    raise AssertionError(f"{event.name}{event.generation} exhausted: {exc!r}")
+
+
+async def consume(
+    nats_url: str,
+    spec: ConsumerSpec,
+    handlers: list[Handler],
+    done: asyncio.Event,
+    *,
+    within_s: float,
+    on_exhausted: Callable[[Envelope, BaseException], Awaitable[None]] = never_exhausted,
+) -> None:
+    """One replica (its own connection) per handler on the same durable, until ``done``."""
+    buses = [await Bus.open(nats_url, service=f"replica{i}") for i in range(len(handlers))]
     stop = asyncio.Event()
-    running = asyncio.create_task(EventConsumer(bus, spec, handler, exhausted).run(stop))
+    running = [
+        asyncio.create_task(EventConsumer(bus, spec, handler, on_exhausted).run(stop))
+        for bus, handler in zip(buses, handlers, strict=True)
+    ]
     try:
-        await asyncio.wait_for(done.wait(), timeout=20)
+        await asyncio.wait_for(done.wait(), timeout=within_s)
     finally:
         stop.set()
-        await asyncio.wait_for(running, timeout=10)
-        await bus.close()
-    run_a = [label for label in handled if label.startswith("a")]
-    assert run_a == ["a1 failed", "a1", "a2", "a3", "a4", "a5", "a6"]
-    # each held event came back after a1's retry, so it was mostly held once: sent back
-    # for too early, all would be held again (a second NAK each)
-    assert sum(held_attempts) / len(held_attempts) <= 2.5, held_attempts
-    assert "b1" in handled  # another run is not held back
+        await asyncio.wait_for(asyncio.gather(*running), timeout=15)
+        for bus in buses:
+            await bus.close()
 
 
-def stored_as(sequence: int) -> Msg:
-    """A delivery of stream message ``sequence``, as far as the hold reads it."""
-    msg = Msg(_client=None, subject="plnt.evt.run.deleted.default.a")  # type: ignore[arg-type]
-    msg.reply = f"$JS.ACK.PLNT_EVENTS.ordered.1.{sequence}.{sequence}.1796152995699253160.0"
-    return msg
+async def test_two_replicas_never_handle_a_runs_later_event_before_its_failing_first(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    for generation in range(1, 5):
+        await bus.publish(deleted_event("a", generation))
+        await bus.publish(deleted_event(f"other{generation}", 1))
+    await bus.close()
+    handled: list[str] = []  # "<replica> <event> <start|end|failed>"
+    runs: dict[str, int] = {}
+    done = asyncio.Event()
+
+    def replica(label: str) -> Handler:
+        async def handler(event: Envelope, delivery: Delivery) -> None:
+            name = f"{event.name}{event.generation}"
+            runs[name] = runs.get(name, 0) + 1
+            handled.append(f"{label} {name} start")
+            await asyncio.sleep(0.05)
+            if name == "a1" and runs[name] <= 2:  # a KV timeout in an election, twice
+                handled.append(f"{label} {name} failed")
+                raise RuntimeError("transient")
+            handled.append(f"{label} {name} end")
+            if sum(1 for line in handled if line.endswith(" end")) == 8:
+                done.set()
+
+        return handler
+
+    # both replicas bound before anything is delivered
+    await consume(nats_url, ordered_spec(), [replica("A"), replica("B")], done, within_s=30)
+    run_a = [line.split(" ", 1)[1] for line in handled if " a" in line]
+    assert run_a == [
+        "a1 start",
+        "a1 failed",
+        "a1 start",
+        "a1 failed",
+        "a1 start",
+        "a1 end",
+        "a2 start",
+        "a2 end",
+        "a3 start",
+        "a3 end",
+        "a4 start",
+        "a4 end",
+    ], handled
+    assert runs == {**{f"a{g}": 1 for g in range(2, 5)}, "a1": 3, **runs_of_others(runs)}
 
 
-async def test_later_events_held_behind_one_retry_come_back_one_step_apart_in_order() -> None:
-    # the NAKed event (sequence 1) comes back in 0.3 s; its run's next five are sent back
-    # behind it one step apart, so the server cannot hand two of them on at one moment
-    spec = ConsumerSpec(service="ordered", filters=(), ordered_by_run=True)
-    consumer = EventConsumer(None, spec, None, None)  # type: ignore[arg-type]
-    retried = deleted_event("a", 1)
-    consumer._hold_run(retried, stored_as(1), 0.3)
-    later = [consumer._behind_a_retry(deleted_event("a", g), stored_as(g)) for g in range(2, 7)]
-    delays = [delay for delay in later if delay is not None]
-    assert len(delays) == 5
-    assert [round(b - a, 3) for a, b in itertools.pairwise(delays)] == [BEHIND_A_RETRY_S] * 4
-    assert 0.3 < delays[0] <= 0.3 + BEHIND_A_RETRY_S
-    assert consumer._behind_a_retry(retried, stored_as(1)) is None  # the retried one goes on
+def runs_of_others(runs: dict[str, int]) -> dict[str, int]:
+    others = {name: count for name, count in runs.items() if name.startswith("other")}
+    assert others == {f"other{g}1": 1 for g in range(1, 5)}
+    return others
+
+
+async def test_an_event_behind_a_retried_one_starts_at_its_own_first_attempt(
+    nats_url: str,
+) -> None:
+    # a1 fails five times before it passes; a2, behind it all that time, then fails once:
+    # its first failure is its attempt 1, not 6, so it is retried, not exhausted
+    bus = await Bus.open(nats_url, service="test")
+    for generation in (1, 2):
+        await bus.publish(deleted_event("a", generation))
+    await bus.close()
+    attempts: dict[str, list[int]] = {"a1": [], "a2": []}
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        name = f"{event.name}{event.generation}"
+        attempts[name].append(delivery.attempt)
+        if (name == "a1" and delivery.attempt <= 5) or (name == "a2" and delivery.attempt == 1):
+            raise RuntimeError("transient")
+        if name == "a2":
+            done.set()
+
+    spec = ordered_spec(max_attempts=6, backoff_s=(0.1,))
+    await consume(nats_url, spec, [handler], done, within_s=20)
+    assert attempts == {"a1": [1, 2, 3, 4, 5, 6], "a2": [1, 2]}
+
+
+async def test_an_event_waiting_behind_a_long_handler_is_not_redelivered_meanwhile(
+    nats_url: str,
+) -> None:
+    # a1 is held 5 s (a step's hold) with a 1 s ack wait; a2 waits behind it: heartbeats
+    # keep a2 from coming back every ack wait, so each handler runs once, and nothing is
+    # exhausted (the promoter's on_exhausted would restore a healthy canary's route)
+    bus = await Bus.open(nats_url, service="test")
+    for generation in (1, 2):
+        await bus.publish(deleted_event("a", generation))
+    await bus.close()
+    runs: list[tuple[str, int]] = []
+    exhausted: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        name = f"{event.name}{event.generation}"
+        runs.append((name, delivery.attempt))
+        if name == "a1":
+            await asyncio.sleep(5)
+        else:
+            done.set()
+
+    async def on_exhausted(event: Envelope, exc: BaseException) -> None:
+        exhausted.append(f"{event.name}{event.generation}")
+
+    spec = ordered_spec(ack_wait_s=1.0, max_attempts=2)
+    await consume(nats_url, spec, [handler], done, within_s=20, on_exhausted=on_exhausted)
+    await asyncio.sleep(1.5)  # a redelivery would come within an ack wait
+    assert runs == [("a1", 1), ("a2", 1)]
+    assert exhausted == []

@@ -7,29 +7,42 @@ Delivery rules, made explicit rather than left to a framework default:
 - a message that cannot be decoded is logged and terminated (no redelivery loop), except
   an event of a type this version does not know: a newer version published it, so it is
   NAKed with a delay for a newer replica of the shared durable, never terminated;
-- while a handler runs, ``in_progress`` keeps the message from being redelivered;
+- from its arrival to its ack, ``in_progress`` keeps a message from being redelivered,
+  also while it waits behind an earlier event of its run;
 - at most ``concurrency`` messages are taken at a time (``PullFeed`` asks for no more);
 - on stop, no more is asked for and in-flight handlers finish and ack before return.
 
 The server's own ``max_deliver`` is unlimited so a crash during the last attempt cannot
 lose a message: the next delivery sees the count and goes straight to ``on_exhausted``.
+
+An ordered consumer (``ordered_by_run``) handles the events of one run in stream order,
+however many replicas share its durable: the durable is a ``pinned_client`` priority
+group (nats-server 2.11+), so the server delivers to one replica at a time (the others
+stand by and take over ``priority_timeout`` after it stops pulling), and that replica
+chains each run's events. A failed event is retried in place, its run's later events
+waiting behind it with heartbeats: nothing is NAKed behind it, so every event's attempt
+count is its own handler runs.
 """
 
 import asyncio
+import contextlib
 import dataclasses
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 
 from plnt_common import faults, subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.provision import ensure_durable
-from plnt_common.bus.pull_feed import PullFeed
-from plnt_common.errors import PlntError, SpecInvalid, UnknownEventType
+from plnt_common.bus.pull_feed import Pin, PullFeed
+from plnt_common.errors import BusUnavailable, PlntError, SpecInvalid, UnknownEventType
 from plnt_common.events import Envelope, decode_event
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SAGA_STEP_DURATION, SAGA_STEP_RUNS
@@ -50,7 +63,8 @@ class ConsumerSpec:
     pull_expires_s: float = 1.0
     """How long a pull request stays open: also how long a stop or a lost server waits."""
     ordered_by_run: bool = False
-    """Handle events of one run in stream order while other runs go concurrently."""
+    """Handle events of one run in stream order while other runs go concurrently, one
+    replica at a time (a pinned priority group)."""
 
     def delay_for(self, attempt: int) -> float:
         return self.backoff_s[min(attempt - 1, len(self.backoff_s) - 1)]
@@ -90,17 +104,6 @@ class _RunTail:
     followed: asyncio.Future[None]
 
 
-@dataclass
-class _Retry:
-    """An event of a run NAKed in this replica: the run's later events wait for it."""
-
-    sequence: int
-    back_at: float
-    """When the server sends it again (loop time)."""
-    held: int = 0
-    """How many of the run's later events were sent back behind it so far."""
-
-
 UNKNOWN_TYPE_DELAY_S = 5.0
 """How long an event of a type this version does not know waits before it comes back:
 during a rolling upgrade a newer replica sharing the durable takes it meanwhile."""
@@ -110,11 +113,28 @@ HEARTBEATS_PER_ACK_WAIT = 3
 """How many ``in_progress`` beats a running handler sends per ack wait."""
 MIN_HEARTBEAT_S = 0.5
 """The shortest spacing of those beats, whatever the ack wait."""
-BEHIND_A_RETRY_S = 0.05
-"""How much later than a NAKed event of a run the run's later events come back."""
-RETRY_HOLD_S = 2.0
-"""How long after its due time a NAKed event still holds its run's later events back
-(another replica may have taken it)."""
+PIN_GROUP = "plnt"
+"""The priority group of an ordered consumer's durable."""
+PIN_TIMEOUT_S = 10.0
+"""How long after the pinned replica's last pull the server pins another (at most the
+ack wait): a crashed or cut-off replica's runs move on after this."""
+PINNED_POLICY = "pinned_client"
+
+
+@dataclass
+class PinnedConsumerConfig(api.ConsumerConfig):
+    """A consumer configuration with the priority group fields nats-py 2.x lacks."""
+
+    priority_groups: list[str] | None = None
+    priority_policy: str | None = None
+    priority_timeout: float | None = None
+    """Seconds."""
+
+    def as_dict(self) -> dict[str, object]:
+        result = super().as_dict()
+        if self.priority_timeout is not None:
+            result["priority_timeout"] = self._to_nanoseconds(self.priority_timeout)
+        return result
 
 
 Handler = Callable[[Envelope, Delivery], Awaitable[None]]
@@ -134,13 +154,13 @@ class EventConsumer:
         self._on_exhausted = on_exhausted
         self._tasks: set[asyncio.Task[None]] = set()
         self._run_tails: dict[str, _RunTail] = {}
-        self._retries: dict[str, _Retry] = {}
+        self._pin = Pin(group=PIN_GROUP) if spec.ordered_by_run else None
         self._unrecorded: dict[int, BaseException] = {}
         """Why a message's step failed, by stream sequence, while its failure could not be
         recorded (the stream full, say): the next delivery records that reason."""
 
     async def ensure_consumer(self) -> None:
-        config = api.ConsumerConfig(
+        config = (PinnedConsumerConfig if self._spec.ordered_by_run else api.ConsumerConfig)(
             durable_name=subjects.durable_name(self._spec.service),
             filter_subjects=list(self._spec.filters),
             # These three are the server's defaults for a durable pull consumer, stated
@@ -151,8 +171,59 @@ class EventConsumer:
             max_deliver=-1,  # pragma: no mutate  (exhaustion is counted here, not by the server)
             max_ack_pending=max(1000, self._spec.concurrency * 4),
         )
+        if isinstance(config, PinnedConsumerConfig):
+            config.priority_groups = [PIN_GROUP]
+            config.priority_policy = PINNED_POLICY
+            config.priority_timeout = self.pin_timeout_s
+            await self._unpinned_durable_replaced(config)
         # rewritten only when it differs and no newer plnt version wrote it
         await ensure_durable(self._bus.js, subjects.STREAM, config)
+
+    @property
+    def pin_timeout_s(self) -> float:
+        """Longer than the pinned feed's longest pause between pulls (one expiry)."""
+        return max(3 * self._spec.pull_expires_s, min(PIN_TIMEOUT_S, self._spec.ack_wait_s))
+
+    async def _unpinned_durable_replaced(self, config: api.ConsumerConfig) -> None:
+        """An ordered durable an older plnt made without the priority group cannot be
+        changed into one: it is deleted and made again from its acknowledged floor (the
+        events after it come again; handlers are idempotent)."""
+        durable = config.durable_name or ""
+        info = await self._raw_consumer_info(durable)
+        if info is None or info.get("config", {}).get("priority_policy") == PINNED_POLICY:
+            return
+        floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
+        await self._bus.js.delete_consumer(subjects.STREAM, durable)
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = floor + 1
+        await self._bus.js.add_consumer(subjects.STREAM, config)
+        log.warning("consumer.pinned", durable=durable, from_sequence=floor + 1)
+
+    async def _raw_consumer_info(self, durable: str) -> dict[str, Any] | None:
+        """The consumer's info as the server sends it (nats-py drops the priority fields);
+        None when there is no such consumer."""
+        try:
+            reply = await self._bus.nc.request(
+                f"$JS.API.CONSUMER.INFO.{subjects.STREAM}.{durable}", b"", timeout=5
+            )
+        except NatsTimeout:
+            raise BusUnavailable(f"no answer about consumer {durable}") from None
+        info: dict[str, Any] = json.loads(reply.data or b"{}")
+        return None if "error" in info else info
+
+    async def _unpin(self) -> None:
+        """On stop, hand the pin on at once: a standby replica takes over without waiting
+        out the priority timeout."""
+        if self._pin is None or not self._pin.id:
+            return
+        durable = subjects.durable_name(self._spec.service)
+        with contextlib.suppress(Exception):  # the pin then moves after its timeout
+            await self._bus.nc.request(
+                f"$JS.API.CONSUMER.UNPIN.{subjects.STREAM}.{durable}",
+                json.dumps({"group": self._pin.group}).encode(),
+                timeout=2,
+            )
+        self._pin.id = ""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, then wait for in-flight handlers."""
@@ -167,6 +238,7 @@ class EventConsumer:
                     capacity=self._spec.concurrency,
                     expires_s=self._spec.pull_expires_s,
                     deliver=self._start,
+                    pin=self._pin,
                 )
                 await feed.run(stop)
             except Exception as exc:  # the server went away or the binding went stale: re-bind
@@ -175,6 +247,7 @@ class EventConsumer:
                     await asyncio.sleep(REBIND_PAUSE_S)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._unpin()
 
     def _start(self, msg: Msg, release: Callable[[], None]) -> None:
         task = asyncio.create_task(self._handle(msg))
@@ -200,27 +273,23 @@ class EventConsumer:
         previous, tail = (
             self._queue_behind_run(envelope) if self._spec.ordered_by_run else (None, None)
         )
+        # from now until the ack: waiting behind its run's earlier event is no reason to be
+        # sent to another replica
+        heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
             if previous is not None:
                 await previous.handled
-            if wait := self._behind_a_retry(envelope, msg):  # only ordered consumers hold
-                # An earlier event of the run comes back later: an ordered handler must
-                # not see this one first (the watcher would take it for a removed run's).
-                await msg.nak(delay=wait)
-                return
             with structlog.contextvars.bound_contextvars(
                 sagaid=envelope.sagaid,
                 event=envelope.event_type.value,
                 namespace=envelope.namespace,
                 name=envelope.name,
-                attempt=attempt,
             ):
-                back_after = await self._run_handler(
+                await self._run_handler(
                     msg, envelope, attempt, tail.followed if tail is not None else None
                 )
-            if back_after is None:
-                self._release_run(envelope, msg)
         finally:
+            heartbeat.cancel()
             if tail is not None:
                 tail.handled.set_result(None)
                 # Not mutated: a handled tail left behind would cost memory only (a later
@@ -228,36 +297,6 @@ class EventConsumer:
                 newest = self._run_tails.get(envelope.subject)  # pragma: no mutate
                 if newest is tail:
                     del self._run_tails[envelope.subject]
-
-    def _behind_a_retry(self, envelope: Envelope, msg: Msg) -> float | None:
-        """The NAK delay that brings ``msg`` back after its run's retried earlier event
-        (and after the run's events held before it, which it is counted behind); None when
-        no earlier event of the run is being retried."""
-        retry = self._retries.get(envelope.subject)
-        now = asyncio.get_running_loop().time()
-        # not mutated: `>=` differs only at that instant
-        if retry is None or now > retry.back_at + RETRY_HOLD_S:  # pragma: no mutate
-            return None
-        if msg.metadata.sequence.stream <= retry.sequence:
-            return None  # the retried event itself (or an older one)
-        # each later event one step after the one before it: due at the same moment, the
-        # server could hand them on in either order
-        retry.held += 1
-        return max(retry.back_at, now) - now + BEHIND_A_RETRY_S * retry.held
-
-    def _hold_run(self, envelope: Envelope, msg: Msg, delay: float) -> None:
-        """Note a NAK of ``msg`` by ``delay``: an ordered consumer holds the run's later
-        events behind it."""
-        if self._spec.ordered_by_run:
-            back_at = asyncio.get_running_loop().time() + delay
-            sequence = msg.metadata.sequence.stream
-            self._retries[envelope.subject] = _Retry(sequence=sequence, back_at=back_at)
-
-    def _release_run(self, envelope: Envelope, msg: Msg) -> None:
-        """``msg`` is done with: if it was the run's retried event, its later events go on."""
-        retry = self._retries.get(envelope.subject)
-        if retry is not None and retry.sequence == msg.metadata.sequence.stream:
-            del self._retries[envelope.subject]
 
     def _queue_behind_run(self, envelope: Envelope) -> tuple[_RunTail | None, _RunTail]:
         """The run's previous event to wait for, and this event's own tail.
@@ -279,9 +318,31 @@ class EventConsumer:
         envelope: Envelope,
         attempt: int,
         followed: asyncio.Future[None] | None,
+    ) -> None:
+        """Run the handler on one delivery until it is acked, terminated or NAKed.
+
+        An ordered consumer retries a failed event here after its back-off, so the run's
+        later events wait behind it in this replica; the others NAK it with the back-off."""
+        while True:
+            with structlog.contextvars.bound_contextvars(attempt=attempt):
+                delay = await self._attempt(msg, envelope, attempt, followed)
+            if delay is None:
+                return
+            if not self._spec.ordered_by_run:
+                await msg.nak(delay=delay)
+                return
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def _attempt(
+        self,
+        msg: Msg,
+        envelope: Envelope,
+        attempt: int,
+        followed: asyncio.Future[None] | None,
     ) -> float | None:
-        """Run the handler on one delivery: the delay it comes back after when NAKed, else
-        None (acked, terminated, or left to come back after the last back-off)."""
+        """One handler run: the back-off before the next when it failed, else None (acked,
+        terminated, or left to come back after the last back-off)."""
         started = time.perf_counter()
         outcome = "ok"
         if attempt > self._spec.max_attempts:
@@ -290,7 +351,6 @@ class EventConsumer:
                 msg, envelope, last or RuntimeError("delivery attempts exhausted")
             )
             return None
-        heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
             await self._handler(envelope, Delivery(msg=msg, attempt=attempt, followed=followed))
         except Exception as exc:
@@ -307,11 +367,8 @@ class EventConsumer:
                 delay_s=delay,
                 exc_info=not retryable,
             )
-            self._hold_run(envelope, msg, delay)
-            await msg.nak(delay=delay)
             return delay
         finally:
-            heartbeat.cancel()
             SAGA_STEP_DURATION.labels(
                 self._spec.service, envelope.event_type.value, outcome
             ).observe(time.perf_counter() - started)
