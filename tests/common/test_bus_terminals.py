@@ -444,3 +444,27 @@ async def test_a_promotion_after_the_restore_wrote_the_route_publishes_nothing(
     assert entry is not None
     assert entry.stable is None
     assert entry.canary is None
+
+
+async def test_a_terminal_claimed_again_past_the_duplicate_window_is_not_stored_twice(
+    replicas: tuple[Bus, Bus],
+) -> None:
+    # the window is two hours in production; past it, the server would store a
+    # republished terminal again: what stops it is the claim's published record
+    first, second = replicas
+    info = await first.js.stream_info(subjects.STREAM)
+    info.config.duplicate_window = 1.0
+    await first.js.update_stream(info.config)
+    cause = requested("past-window")
+    failed = follow_up(
+        cause,
+        EventType.RUN_FAILED,
+        RunFailed(reason=Reason.DELIVERY_EXHAUSTED, message="gave up"),
+        source="t",
+    )
+    assert await first.publish_terminal(failed) is True
+    await asyncio.sleep(1.5)
+    # a redelivered step claiming it again, and a delivery of its cause seeing the claim
+    assert await second.publish_terminal(failed) is True
+    assert await observe_saga(second, cause) is SagaState.ENDED
+    assert await terminals_of(first, "past-window") == [failed]

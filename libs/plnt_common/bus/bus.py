@@ -10,6 +10,7 @@ the store and the setting when its deadline passes, never a bare ``ServiceUnavai
 """
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from nats.aio.client import Client
@@ -196,7 +197,7 @@ class Bus:
 
         The claim is a create-only key per saga id in ``plnt-sagas`` holding the event:
         the first terminal wins; a redelivered step claiming the same type publishes the
-        claimed event (deduplicated if it was published). Returns True when an event of
+        claimed event unless its publication is recorded. Returns True when an event of
         this type is (or already was) the saga's terminal.
         """
         claim = TerminalClaim.of(envelope)
@@ -220,9 +221,21 @@ class Bus:
                     claimed_by=existing.event_type,
                 )
                 return False
-            envelope = existing.event or envelope
-        await self.publish(envelope)
+            await self.publish_claimed(existing.event or envelope)
+        else:
+            await self.publish_claimed(envelope, fresh=True)
         return True
+
+    async def publish_claimed(self, envelope: Envelope, *, fresh: bool = False) -> None:
+        """Publish a saga's claimed terminal unless its publication is recorded
+        (``published.<sagaid>``), then record it: past the duplicate window the stream
+        would store a republished terminal again. ``fresh``: claimed just now."""
+        key = f"published.{envelope.sagaid}"
+        if not fresh and await self._claim(key) is not None:
+            return
+        await self.publish(envelope)
+        with contextlib.suppress(KeyWrongLastSequenceError):  # recorded by another replica
+            await self.sagas.create(key, b"")
 
     async def terminal_claim(self, sagaid: str) -> TerminalClaim | None:
         """The terminal event that ended ``sagaid``; None while it has not ended."""

@@ -81,12 +81,13 @@ async def observe_saga(bus: Bus, event: Envelope) -> SagaState:
 
     When this very event caused the saga's terminal claim, an earlier delivery of it
     claimed and may have stopped before publishing: the claimed event is published now
-    (deduplicated when it was), so a crash in between cannot leave a saga without its end.
+    (unless its publication is recorded), so a crash in between cannot leave a saga
+    without its end.
     """
     # both reads at once: one round trip of latency on every saga step
     (latest, _), claim = await asyncio.gather(
         latest_saga(bus, event.namespace, event.name), bus.terminal_claim(event.sagaid)
     )
     if claim is not None and claim.event is not None and claim.event.causationid == event.id:
-        await bus.publish(claim.event)
+        await bus.publish_claimed(claim.event)
     return classify(event, latest, claim is not None)
