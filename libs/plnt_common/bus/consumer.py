@@ -31,18 +31,17 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 
 from plnt_common import faults, subjects
+from plnt_common.bus import durables
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.provision import ensure_durable
 from plnt_common.bus.pull_feed import Pin, PullFeed
-from plnt_common.errors import BusUnavailable, PlntError, SpecInvalid, UnknownEventType
+from plnt_common.errors import PlntError, SpecInvalid, UnknownEventType
 from plnt_common.events import Envelope, decode_event
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SAGA_STEP_DURATION, SAGA_STEP_RUNS
@@ -113,30 +112,9 @@ HEARTBEATS_PER_ACK_WAIT = 3
 """How many ``in_progress`` beats a running handler sends per ack wait."""
 MIN_HEARTBEAT_S = 0.5
 """The shortest spacing of those beats, whatever the ack wait."""
-PIN_GROUP = "plnt"
-"""The priority group of an ordered consumer's durable."""
 PIN_TIMEOUT_S = 10.0
 """How long after the pinned replica's last pull the server pins another (at most the
 ack wait): a crashed or cut-off replica's runs move on after this."""
-PINNED_POLICY = "pinned_client"
-
-
-@dataclass
-class PinnedConsumerConfig(api.ConsumerConfig):
-    """A consumer configuration with the priority group fields nats-py 2.x lacks."""
-
-    priority_groups: list[str] | None = None
-    priority_policy: str | None = None
-    priority_timeout: float | None = None
-    """Seconds."""
-
-    def as_dict(self) -> dict[str, object]:
-        result = super().as_dict()
-        if self.priority_timeout is not None:
-            result["priority_timeout"] = self._to_nanoseconds(self.priority_timeout)
-        return result
-
-
 Handler = Callable[[Envelope, Delivery], Awaitable[None]]
 OnExhausted = Callable[[Envelope, BaseException], Awaitable[None]]
 
@@ -154,13 +132,15 @@ class EventConsumer:
         self._on_exhausted = on_exhausted
         self._tasks: set[asyncio.Task[None]] = set()
         self._run_tails: dict[str, _RunTail] = {}
-        self._pin = Pin(group=PIN_GROUP) if spec.ordered_by_run else None
+        self._pin = Pin(group=durables.PIN_GROUP) if spec.ordered_by_run else None
+        self._position = 0
+        """The acknowledged floor this replica last recorded."""
         self._unrecorded: dict[int, BaseException] = {}
         """Why a message's step failed, by stream sequence, while its failure could not be
         recorded (the stream full, say): the next delivery records that reason."""
 
     async def ensure_consumer(self) -> None:
-        config = (PinnedConsumerConfig if self._spec.ordered_by_run else api.ConsumerConfig)(
+        config = api.ConsumerConfig(
             durable_name=subjects.durable_name(self._spec.service),
             filter_subjects=list(self._spec.filters),
             # These three are the server's defaults for a durable pull consumer, stated
@@ -171,11 +151,10 @@ class EventConsumer:
             max_deliver=-1,  # pragma: no mutate  (exhaustion is counted here, not by the server)
             max_ack_pending=max(1000, self._spec.concurrency * 4),
         )
-        if isinstance(config, PinnedConsumerConfig):
-            config.priority_groups = [PIN_GROUP]
-            config.priority_policy = PINNED_POLICY
-            config.priority_timeout = self.pin_timeout_s
-            await self._unpinned_durable_replaced(config)
+        if self._spec.ordered_by_run:
+            config = durables.pinned(config, timeout_s=self.pin_timeout_s)
+        # a missing durable starts after its recorded position
+        config = await durables.prepared(self._bus, config)
         # rewritten only when it differs and no newer plnt version wrote it
         await ensure_durable(self._bus.js, subjects.STREAM, config)
 
@@ -183,33 +162,6 @@ class EventConsumer:
     def pin_timeout_s(self) -> float:
         """Longer than the pinned feed's longest pause between pulls (one expiry)."""
         return max(3 * self._spec.pull_expires_s, min(PIN_TIMEOUT_S, self._spec.ack_wait_s))
-
-    async def _unpinned_durable_replaced(self, config: api.ConsumerConfig) -> None:
-        """An ordered durable an older plnt made without the priority group cannot be
-        changed into one: it is deleted and made again from its acknowledged floor (the
-        events after it come again; handlers are idempotent)."""
-        durable = config.durable_name or ""
-        info = await self._raw_consumer_info(durable)
-        if info is None or info.get("config", {}).get("priority_policy") == PINNED_POLICY:
-            return
-        floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
-        await self._bus.js.delete_consumer(subjects.STREAM, durable)
-        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-        config.opt_start_seq = floor + 1
-        await self._bus.js.add_consumer(subjects.STREAM, config)
-        log.warning("consumer.pinned", durable=durable, from_sequence=floor + 1)
-
-    async def _raw_consumer_info(self, durable: str) -> dict[str, Any] | None:
-        """The consumer's info as the server sends it (nats-py drops the priority fields);
-        None when there is no such consumer."""
-        try:
-            reply = await self._bus.nc.request(
-                f"$JS.API.CONSUMER.INFO.{subjects.STREAM}.{durable}", b"", timeout=5
-            )
-        except NatsTimeout:
-            raise BusUnavailable(f"no answer about consumer {durable}") from None
-        info: dict[str, Any] = json.loads(reply.data or b"{}")
-        return None if "error" in info else info
 
     async def _unpin(self) -> None:
         """On stop, hand the pin on at once: a standby replica takes over without waiting
@@ -228,6 +180,7 @@ class EventConsumer:
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, then wait for in-flight handlers."""
         durable = subjects.durable_name(self._spec.service)
+        recording = asyncio.create_task(self._record_positions(stop))
         while not stop.is_set():
             try:
                 await self.ensure_consumer()
@@ -247,7 +200,27 @@ class EventConsumer:
                     await asyncio.sleep(REBIND_PAUSE_S)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        recording.cancel()
+        await self._record_position()
         await self._unpin()
+
+    async def _record_positions(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=durables.POSITION_EVERY_S)
+            if not stop.is_set():
+                await self._record_position()
+
+    async def _record_position(self) -> None:
+        """Record the durable's acknowledged floor (see ``durables``); a failure is
+        logged, the next record catches up."""
+        durable = subjects.durable_name(self._spec.service)
+        try:
+            self._position = await durables.record_position(
+                self._bus, durable, after=self._position
+            )
+        except Exception as exc:
+            log.warning("consumer.position_not_recorded", durable=durable, error=repr(exc))
 
     def _start(self, msg: Msg, release: Callable[[], None]) -> None:
         task = asyncio.create_task(self._handle(msg))
