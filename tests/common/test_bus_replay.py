@@ -13,6 +13,8 @@ from functools import partial
 from multiprocessing.connection import Connection
 
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from test_projection import fold_one_by_one, happy_saga, random_history
 
@@ -23,7 +25,7 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_messages
 from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.bus.replay import collector_paused, replay
-from plnt_common.errors import BusUnavailable, PlntError
+from plnt_common.errors import BusUnavailable, Conflict, PlntError
 from plnt_common.events import Envelope, EventType
 from plnt_common.projection import ProjectionFold, RunProjection
 
@@ -143,6 +145,53 @@ async def test_replay_does_not_rewrite_keys_that_already_hold_the_result(bus: Bu
     assert len(before) == len(keys)
     await replay(bus)
     assert await bucket(bus, keys) == before  # same values, same revisions
+
+
+async def test_replay_never_overwrites_what_the_watcher_wrote_while_it_read_the_stream(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store_histories(bus, seed=8, histories=4)
+    saga = happy_saga()
+    for item in saga[:-1]:
+        await bus.publish(item)
+    (key,) = fold_one_by_one(saga)[0]
+    newest = serialised(fold_one_by_one(saga)[0])[key]
+    assert newest != serialised(fold_one_by_one(saga[:-1])[0])[key]
+    written: list[int] = []
+    reads = read_messages
+
+    async def read_while_the_watcher_writes(nc: Client) -> AsyncIterator[list[Msg]]:
+        async for batch in reads(nc):
+            yield batch
+            if not written:  # the live watcher folds the saga's last event meanwhile
+                await bus.publish(saga[-1])
+                written.append(await bus.runs.put(key, newest))
+
+    monkeypatch.setattr(replay_module, "read_messages", read_while_the_watcher_writes)
+    await replay(bus)
+    # the first pass read the stream without that event: its value for the key would
+    # have gone over the watcher's; the pass after it folds the event too
+    assert await bucket(bus, {key}) == {key: (newest, written[0])}
+
+
+async def test_replay_gives_up_naming_the_watcher_when_the_bucket_keeps_changing(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saga = happy_saga()
+    for item in saga:
+        await bus.publish(item)
+    (key,) = fold_one_by_one(saga)[0]
+    reads = read_messages
+
+    async def read_while_a_writer_scribbles(nc: Client) -> AsyncIterator[list[Msg]]:
+        async for batch in reads(nc):
+            yield batch
+            await bus.runs.put(key, b"{}")
+
+    monkeypatch.setattr(replay_module, "read_messages", read_while_a_writer_scribbles)
+    with pytest.raises(Conflict, match="watcher"):
+        await replay(bus)
+    assert await values_of(bus, {key}) == {key: b"{}"}
 
 
 def test_collector_paused_turns_collection_back_on_only_if_it_was_on() -> None:

@@ -21,6 +21,15 @@ async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, tup
 
     Raises ``BusUnavailable`` when the server does not answer a batch.
     """
+    listed = await kv_revisions(nc, bucket, keys)
+    return {key: (revision, value) for key, (revision, value) in listed.items() if value}
+
+
+async def kv_revisions(
+    nc: Client, bucket: str, keys: str = ">"
+) -> dict[str, tuple[int, bytes | None]]:
+    """``kv_snapshot`` with deleted keys too (value None): the revision each key's next
+    compare-and-set write expects."""
     prefix = key_prefix(bucket)
     config = api.ConsumerConfig(
         # the server's default for a consumer created without an ack policy is none too
@@ -32,14 +41,13 @@ async def kv_snapshot(nc: Client, bucket: str, keys: str = ">") -> dict[str, tup
         inactive_threshold=30.0,  # pragma: no mutate
         mem_storage=True,  # pragma: no mutate  (cost only: a consumer of one listing)
     )
-    values: dict[str, tuple[int, bytes]] = {}
+    values: dict[str, tuple[int, bytes | None]] = {}
     async for batch in read_batches(
         nc, stream=bucket_stream(bucket), config=config, keep=_key_value
     ):
         # the last message of each key only: a deleted key's is its marker, alone
         for subject, revision, value in batch:
-            if value is not None:
-                values[subject.removeprefix(prefix)] = (revision, value)
+            values[subject.removeprefix(prefix)] = (revision, value)
     return values
 
 

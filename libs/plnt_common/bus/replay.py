@@ -1,6 +1,5 @@
 """``plnt replay``: rebuild ``plnt-runs`` from the stream alone."""
 
-import asyncio
 import contextlib
 import gc
 import time
@@ -11,8 +10,14 @@ from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_messages
 from plnt_common.bus.kv_batch import purge_all, put_all
-from plnt_common.bus.kv_snapshot import kv_snapshot
+from plnt_common.bus.kv_snapshot import kv_revisions
 from plnt_common.bus.replay_workers import FoldWorkers, worker_count
+from plnt_common.errors import Conflict
+from plnt_common.logs import get_logger
+
+log = get_logger(__name__)
+ATTEMPTS = 3
+"""How many times a replay whose writes met a newer write starts over."""
 
 
 @dataclass(frozen=True)
@@ -29,32 +34,47 @@ async def replay(bus: Bus, *, workers: int | None = None) -> ReplayStats:
     (default: one per core, see ``replay_workers``), which decode and fold their runs.
     Keys whose stored value already is the folded projection are left as they are (an
     unchanged key keeps its revision); every other key is written, stale keys purged.
-    The bucket's values are the ones read as the stream is read (a write racing the
-    replay is as racy either way); reading both at once hides one server wait.
-    The cyclic garbage collector is paused throughout (see ``collector_paused``), in the
-    workers too. Raises ``PlntError`` when a worker fails; the bucket is then untouched.
+    The watcher may be writing the bucket meanwhile: the bucket's revisions are read
+    before the stream, and every write and purge is a compare-and-set on them, so a key
+    the watcher wrote since (from events this replay may not have read) is never
+    overwritten; the replay starts over then, ``ATTEMPTS`` times, and raises ``Conflict``
+    after. The cyclic garbage collector is paused throughout (see ``collector_paused``),
+    in the workers too. Raises ``PlntError`` when a worker fails; the bucket is then
+    untouched.
     """
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return await _replay_once(bus, workers=workers)
+        except Conflict as exc:
+            log.warning("replay.conflict", attempt=attempt, error=str(exc))
+    raise Conflict(
+        f"{subjects.RUNS_BUCKET} kept changing while it was replayed ({ATTEMPTS} times): the "
+        "watcher is writing it; run plnt replay again, or stop the watcher first"
+    )
+
+
+async def _replay_once(bus: Bus, *, workers: int | None) -> ReplayStats:
     started = time.perf_counter()
     with collector_paused():
         # forked before anything else starts: the workers share no task or thread
         folding = FoldWorkers(workers or worker_count())
-        snapshot = asyncio.create_task(kv_snapshot(bus.nc, subjects.RUNS_BUCKET))
         try:
+            # before the stream: a write after this read changes a revision, and a write
+            # before it folded events the stream read below also holds
+            revisions = await kv_revisions(bus.nc, subjects.RUNS_BUCKET)
             count = 0
             async for batch in read_messages(bus.nc):
                 count += len(batch)
                 folding.deal(batch)
             folded = await folding.projections()
-        except BaseException:
-            snapshot.cancel()
-            raise
         finally:
             folding.close()
-        stored = {k: v for k, (_, v) in (await snapshot).items()}
+        stored = {key: value for key, (_, value) in revisions.items() if value}
+        expected = {key: revision for key, (revision, _) in revisions.items()}
         stale = [key for key in stored if key not in folded]
         changed = {key: value for key, value in folded.items() if stored.get(key) != value}
-        await purge_all(bus.nc, subjects.RUNS_BUCKET, stale)
-        await put_all(bus.nc, subjects.RUNS_BUCKET, changed)
+        await purge_all(bus.nc, subjects.RUNS_BUCKET, stale, expected=expected)
+        await put_all(bus.nc, subjects.RUNS_BUCKET, changed, expected=expected)
     return ReplayStats(events=count, runs=len(folded), seconds=time.perf_counter() - started)
 
 
