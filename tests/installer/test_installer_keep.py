@@ -168,3 +168,19 @@ async def test_a_replayed_run_ready_of_a_reverted_saga_leaves_the_stable_install
     await asyncio.wait_for(handle(handlers, ready), timeout=2)
     assert backend.held == {old.release: old}
     assert backend.calls == []
+
+
+async def test_a_late_run_reverted_of_a_superseded_saga_leaves_the_releases_alone(
+    bus: Bus, handlers: InstallerHandlers, backend: MemoryBackend
+) -> None:
+    # the revert's saga (attempt 2) was superseded by generation 3, which serves: a late
+    # run.reverted must not make the kept g1 the stable again
+    old, new = release(1, ReleaseRole.PREVIOUS), release(2, ReleaseRole.STABLE)
+    backend.held = {old.release: old, new.release: new}
+    await advance_latest_saga(bus, RUN_NS, RUN, f"{RUN_NS}.{RUN}.3.1")
+    reverted = RunReverted(
+        revision=old.revision, reverted_revision=new.revision, reason=Reason.ROLLBACK_REQUESTED
+    )
+    late = event(EventType.RUN_REVERTED, reverted, sagaid=f"{RUN_NS}.{RUN}.2.2")
+    await asyncio.wait_for(handle(handlers, late), timeout=2)
+    assert backend.calls == []

@@ -361,6 +361,11 @@ class InstallerHandlers:
     async def _retire_reverted(self, event: Envelope) -> None:
         """The reverted revision's release goes; the kept one serves again as the stable."""
         data: RunReverted = event.payload()
+        latest, _ = await latest_saga(self._bus, event.namespace, event.name)
+        if latest and latest != event.sagaid:
+            # a newer saga (a generation, a deletion) owns the run's releases now
+            log.info("saga.revert_superseded", latest=latest)
+            return
         held = await self._held(event.namespace, event.name)
         for backend, release in held:
             if release.revision == data.revision and release.role is not ReleaseRole.STABLE:
