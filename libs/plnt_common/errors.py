@@ -75,6 +75,20 @@ class CodeInvalid(PlntError):
     reason = "CodeInvalid"
 
 
+class SignatureMissing(PlntError):
+    """The run trusts only signed specs (``verify.publicKeys``) and the spec has no
+    signature beside it."""
+
+    reason = "SignatureMissing"
+
+
+class SignatureInvalid(PlntError):
+    """A spec's signature is malformed, by a key the run does not trust, or does not match
+    the spec's bytes."""
+
+    reason = "SignatureInvalid"
+
+
 class DependenciesFailed(InstallFailed):
     """pip could not install a requirement of a workflow's code."""
 

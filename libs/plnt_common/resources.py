@@ -7,9 +7,17 @@ into one of them or raises ``SpecInvalid`` with a message naming the field.
 import itertools
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from plnt_common.errors import SpecInvalid
 from plnt_common.golden import MAX_GOLDEN_CASES, GoldenCase, GoldenResult, check_unique_names
@@ -65,10 +73,31 @@ class ObjectMeta(_Observed):
 # --- WorkflowRun -------------------------------------------------------------------------
 
 
+MAX_VERIFY_KEYS = 8
+"""Bound of ``verify.publicKeys``: enough for a rotation (old and new) and a few signers."""
+
+MINISIGN_PUBLIC_KEY = re.compile(r"^RW[A-Za-z0-9+/]{54}$")
+"""A minisign Ed25519 public key's base64 (42 bytes: ``Ed``, key id, key)."""
+
+
+class Verify(_Model):
+    public_keys: tuple[
+        Annotated[str, StringConstraints(pattern=MINISIGN_PUBLIC_KEY.pattern)], ...
+    ] = Field(
+        alias="publicKeys",
+        min_length=1,
+        max_length=MAX_VERIFY_KEYS,
+        description="minisign public keys (RW...); the spec must be signed by one of them.",
+    )
+
+
 class WorkflowRef(_Model):
     ref: str = Field(description="<name>@<semver> of the Workflow in the registry.")
     registry: str = Field(description="s3://bucket[/prefix], file:///abs/path or oci://...")
     integrity_hash: str | None = Field(default=None, alias="integrityHash")
+    verify: Verify | None = Field(
+        default=None, description="Require a valid minisign signature by one of these keys."
+    )
 
     @field_validator("ref")
     @classmethod

@@ -72,8 +72,8 @@ class PullHandler:
                 await self._fail(event, gate)
             return
         try:
-            (raw, stored), backend = await reads
-            pulled = await self._pull(run, raw, backend, stored=stored)
+            (raw, signature, stored), backend = await reads
+            pulled = await self._pull(run, raw, signature, backend, stored=stored)
         except Exception as exc:
             failure = logic.failure_for(exc, ref=run.spec.workflow.ref)
             if failure is None:
@@ -91,18 +91,31 @@ class PullHandler:
         )
         await self._fail(event, failure)
 
-    async def _fetch(self, run: RunSnapshot) -> tuple[bytes, bool]:
-        """The spec's bytes, and whether the spec store holds them already."""
+    async def _fetch(self, run: RunSnapshot) -> tuple[bytes, bytes | None, bool]:
+        """The spec's bytes, its signature when the run verifies one (None: not there or
+        not asked for), and whether the spec store holds the spec already."""
         ref = run.spec.workflow
         raw = await self.registry.fetch(registry=ref.registry, name=ref.name, version=ref.version)
-        return raw, await self.specs.contains(digest=spec_digest(raw))
+        signature = None
+        if ref.verify is not None:
+            signature = await self.registry.fetch_signature(
+                registry=ref.registry, name=ref.name, version=ref.version
+            )
+        return raw, signature, await self.specs.contains(digest=spec_digest(raw))
 
     async def _pull(
-        self, run: RunSnapshot, raw: bytes, backend: PlntBackendSpec | None, *, stored: bool
+        self,
+        run: RunSnapshot,
+        raw: bytes,
+        signature: bytes | None,
+        backend: PlntBackendSpec | None,
+        *,
+        stored: bool,
     ) -> SpecPulled:
-        """Verify, validate, check the backend, then store unless ``stored``; raises
-        ``PlntError``."""
+        """Check the signature (first: nothing of an untrusted spec is read), verify,
+        validate, check the backend, then store unless ``stored``; raises ``PlntError``."""
         ref = run.spec.workflow
+        logic.verify_signature(raw=raw, signature=signature, verify=ref.verify)
         digest = logic.verify_integrity(raw=raw, pinned=ref.integrity_hash)
         workflow = logic.validate_spec(raw=raw, name=ref.name, version=ref.version)
         selection = run.spec.backend

@@ -16,11 +16,15 @@ from plnt_common.errors import (
     IntegrityMismatch,
     PlntError,
     RegistryUnavailable,
+    SignatureInvalid,
+    SignatureMissing,
     SpecInvalid,
 )
 from plnt_common.events import RunFailed, RunSnapshot, SpecPulled
 from plnt_common.releases import revision_label
-from plnt_common.resources import PlntBackendSpec
+from plnt_common.resources import PlntBackendSpec, Verify
+from plnt_common.signatures import KeyInvalid, parse_public_key
+from plnt_common.signatures import verify as verify_minisign
 from plnt_common.status import Phase, Reason
 from plnt_common.workflow import CodeArchive, Workflow, parse_workflow, spec_digest
 
@@ -34,6 +38,8 @@ FAILS_AT_ONCE = frozenset(
         Reason.SPEC_NOT_FOUND,
         Reason.BACKEND_UNAVAILABLE,
         Reason.CODE_INVALID,
+        Reason.SIGNATURE_MISSING,
+        Reason.SIGNATURE_INVALID,
     }
 )
 """Errors no retry can fix: the run (or the registry's content) must change first."""
@@ -62,6 +68,29 @@ def saga_gate(*, ended: bool, superseded: bool) -> Ignore | RunFailed | None:
             phase=PHASE,
         )
     return None
+
+
+def verify_signature(*, raw: bytes, signature: bytes | None, verify: Verify | None) -> None:
+    """Nothing when the run trusts any spec (``verify`` None) or ``signature`` is a valid
+    minisign signature of ``raw`` by one of ``verify.publicKeys``.
+
+    Raises ``SignatureMissing`` when there is no signature, ``SignatureInvalid`` when it is
+    malformed, by another key, or of other bytes.
+    """
+    if verify is None:
+        return
+    if signature is None:
+        raise SignatureMissing(
+            "the run requires a signature (verify.publicKeys) and the spec has none "
+            "(workflow.yaml.minisig)"
+        )
+    try:
+        keys = [
+            parse_public_key(key, what="a verify.publicKeys entry") for key in verify.public_keys
+        ]
+    except KeyInvalid as exc:  # the CRD's pattern admits it; only its bytes can be wrong
+        raise SignatureInvalid(str(exc)) from None
+    verify_minisign(raw, signature_file=signature, keys=keys)
 
 
 def verify_integrity(*, raw: bytes, pinned: str | None) -> str:

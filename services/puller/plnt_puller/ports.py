@@ -7,6 +7,8 @@ and which ``plnt_common.errors`` it raises; no port raises an infrastructure exc
 from typing import Protocol
 
 SPEC_FILE = "workflow.yaml"
+SIGNATURE_FILE = "workflow.yaml.minisig"
+"""The spec's detached minisign signature, beside it in file and S3 registries."""
 
 
 class Registry(Protocol):
@@ -27,6 +29,15 @@ class Registry(Protocol):
 
         Raises ``SpecNotFound`` when the registry answered and the file is not there (or
         may not be read), ``SpecInvalid`` when it is over the size bound, and
+        ``RegistryUnavailable`` (retryable) when the registry did not answer.
+        """
+        ...
+
+    async def fetch_signature(self, *, registry: str, name: str, version: str) -> bytes | None:
+        """The detached minisign signature of ``name@version``'s spec (``SIGNATURE_FILE``
+        beside it), None when the registry answered that there is none.
+
+        Raises ``SignatureInvalid`` when it is over ``MAX_SIGNATURE_BYTES``, and
         ``RegistryUnavailable`` (retryable) when the registry did not answer.
         """
         ...

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 from plnt_common.errors import RegistryUnavailable, SpecInvalid, SpecNotFound
 from plnt_common.workflow import MAX_SPEC_BYTES
-from plnt_puller.adapters.locations import spec_path
+from plnt_puller.adapters.locations import fetch_signature_beside, spec_path
 from plnt_puller.ports import SPEC_FILE
 
 READ_CHUNK = 64 * 1024
@@ -40,6 +40,10 @@ class FileRegistry:
         relative = spec_path(name=name, version=version, file=file)
         bound = self._max_bytes if max_bytes is None else max_bytes
         return await asyncio.to_thread(self._read, root, relative, bound)
+
+    async def fetch_signature(self, *, registry: str, name: str, version: str) -> bytes | None:
+        """``workflow.yaml.minisig`` beside the spec, None when it is not there."""
+        return await fetch_signature_beside(self, url=registry, name=name, version=version)
 
     def _read(self, root: Path, relative: str, bound: int) -> bytes:
         try:

@@ -1,10 +1,12 @@
 """Where a spec lives inside a registry: ``<name>/<version>/workflow.yaml``, and the files
-published beside it (a code archive).
+published beside it (a code archive, the signature).
 
-Shared by every registry adapter so they agree on the layout; no I/O here.
+Shared by every registry adapter so they agree on the layout; no I/O of its own.
 """
 
-from plnt_puller.ports import SPEC_FILE
+from plnt_common.errors import SignatureInvalid, SpecInvalid, SpecNotFound
+from plnt_common.signatures import MAX_SIGNATURE_BYTES
+from plnt_puller.ports import SIGNATURE_FILE, SPEC_FILE, Registry
 
 
 def spec_path(*, name: str, version: str, file: str = SPEC_FILE) -> str:
@@ -16,3 +18,22 @@ def spec_path(*, name: str, version: str, file: str = SPEC_FILE) -> str:
     Workflow model checks it); adapters still confine what they read.
     """
     return f"{name}/{version}/{file}"
+
+
+async def fetch_signature_beside(
+    registry: Registry, *, url: str, name: str, version: str
+) -> bytes | None:
+    """``Registry.fetch_signature`` for registries that keep the signature as a file beside
+    the spec (file, S3): the file's bytes, None when it is not there."""
+    try:
+        return await registry.fetch(
+            registry=url,
+            name=name,
+            version=version,
+            file=SIGNATURE_FILE,
+            max_bytes=MAX_SIGNATURE_BYTES,
+        )
+    except SpecNotFound:
+        return None
+    except SpecInvalid as exc:  # over the bound: no real signature is that large
+        raise SignatureInvalid(f"{SIGNATURE_FILE}: {exc}") from None

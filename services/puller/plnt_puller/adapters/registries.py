@@ -28,12 +28,21 @@ class RegistryByScheme:
         max_bytes: int | None = None,
     ) -> bytes:
         """What the scheme's adapter returns or raises; ``SpecNotFound`` for other schemes."""
+        return await self._adapter(registry).fetch(
+            registry=registry, name=name, version=version, file=file, max_bytes=max_bytes
+        )
+
+    async def fetch_signature(self, *, registry: str, name: str, version: str) -> bytes | None:
+        """What the scheme's adapter returns or raises; ``SpecNotFound`` for other schemes."""
+        return await self._adapter(registry).fetch_signature(
+            registry=registry, name=name, version=version
+        )
+
+    def _adapter(self, registry: str) -> Registry:
         scheme = urlsplit(registry).scheme
         adapter = self._adapters.get(scheme)
         if adapter is None:
             supported = " or ".join(f"{s}://" for s in sorted(self._adapters, reverse=True))
             what = f"{scheme}:// registries are" if scheme else f"registry {registry!r} is"
             raise SpecNotFound(f"{what} not supported yet; use {supported}")
-        return await adapter.fetch(
-            registry=registry, name=name, version=version, file=file, max_bytes=max_bytes
-        )
+        return adapter

@@ -18,7 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from plnt_common.errors import RegistryUnavailable, SpecInvalid, SpecNotFound
 from plnt_common.workflow import MAX_SPEC_BYTES
-from plnt_puller.adapters.locations import spec_path
+from plnt_puller.adapters.locations import fetch_signature_beside, spec_path
 from plnt_puller.ports import SPEC_FILE
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; at run time the client is untyped
@@ -95,6 +95,10 @@ class S3Registry:
         bucket, key = _locate(registry, spec_path(name=name, version=version, file=file))
         bound = self._max_bytes if max_bytes is None else max_bytes
         return await asyncio.to_thread(self._download, bucket, key, bound)
+
+    async def fetch_signature(self, *, registry: str, name: str, version: str) -> bytes | None:
+        """``workflow.yaml.minisig`` beside the spec, None when it is not there."""
+        return await fetch_signature_beside(self, url=registry, name=name, version=version)
 
     def _download(self, bucket: str, key: str, bound: int) -> bytes:
         url = f"s3://{bucket}/{key}"
