@@ -28,7 +28,9 @@ pytestmark = pytest.mark.timeout(300)
 
 LEFT_WITHIN_S = 16.0
 """15 s for the third ping to find two unanswered (a pong just before the stop is the
-worst case), and the reconnect to another node."""
+worst case), and the reconnect to another node, which is tried before the frozen one
+(``ReconnectOrder``: nats-py's shuffle tried the frozen node first a third of the time,
+and waited out its 2 s connect timeout there)."""
 SAGA_SERVICES = ("watcher", "puller", "installer", "smoke", "promoter")
 ESTABLISHED = "01"
 
@@ -88,6 +90,22 @@ async def outside_client(
     await bus.close()
 
 
+async def leaving_times(
+    stack: Supervisor, cluster: NatsCluster, node: NatsServer, on_it: list[str]
+) -> dict[str, float]:
+    """Seconds until each service of ``on_it`` is connected elsewhere and no longer to
+    ``node`` (the node stopped now); ``inf`` for one still there twice the bound later."""
+    stopped_at = time.monotonic()
+    left: dict[str, float] = {}
+    while len(left) < len(on_it) and time.monotonic() - stopped_at < 2 * LEFT_WITHIN_S:
+        now = connections(stack, cluster)
+        for name in on_it:
+            if name not in left and now[name] and node.port not in now[name]:
+                left[name] = round(time.monotonic() - stopped_at, 1)
+        await asyncio.sleep(0.2)
+    return {name: left.get(name, float("inf")) for name in on_it}
+
+
 async def test_a_frozen_node_is_left_within_fifteen_seconds_and_the_saga_in_flight_ends_once(
     outside_client: tuple[Client, NatsServer],
     registry: Path,
@@ -103,17 +121,12 @@ async def test_a_frozen_node_is_left_within_fifteen_seconds_and_the_saga_in_flig
     assert node.process is not None
     os.kill(node.process.pid, signal.SIGSTOP)
     try:
-        stopped_at = time.monotonic()
-        still: dict[str, set[int]] = {}
-        while time.monotonic() - stopped_at < LEFT_WITHIN_S:
-            now = connections(stack, nats_cluster)
-            still = {name: ports for name, ports in now.items() if node.port in ports or not ports}
-            if not still:
-                break
-            await asyncio.sleep(0.2)
-        assert not still, (
-            f"{sorted(still)} still on the frozen node {node.name} (or on none) "
-            f"{LEFT_WITHIN_S:g}s after it stopped; on it before: {on_it}"
+        left = await leaving_times(stack, nats_cluster, node, on_it)
+        print(f"left the frozen node after: {left}")
+        late = {name: after for name, after in left.items() if after > LEFT_WITHIN_S}
+        assert not late, (
+            f"{sorted(late)} still on the frozen node {node.name} (or on none) "
+            f"{LEFT_WITHIN_S:g}s after it stopped; left after (s): {left}"
         )
         # the saga goes on through the two other nodes while this one stays frozen
         await wait_all_ready(client, ["frozen"], timeout_s=90)
