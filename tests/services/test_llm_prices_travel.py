@@ -1,5 +1,6 @@
-"""The backend's llm prices reach every runner: from ``PlntBackend.spec.llm`` through the
-installer's desired release to the local runner's environment and the runner chart."""
+"""The backend's llm prices and structured-output switch reach every runner: from
+``PlntBackend.spec.llm`` through the installer's desired release to the local runner's
+environment and the runner chart."""
 
 import os
 from pathlib import Path
@@ -25,6 +26,7 @@ PRICED = {
     "model": "m",
     "inputPricePerMTokUsd": 0.15,
     "outputPricePerMTokUsd": 0.6,
+    "structuredOutputs": True,
 }
 
 
@@ -36,6 +38,7 @@ def test_the_local_runner_is_started_with_the_backends_prices(tmp_path: Path) ->
     )  # fmt: skip
     read = _settings_from(env)
     assert (read.llm_input_price_per_mtok_usd, read.llm_output_price_per_mtok_usd) == (0.15, 0.6)
+    assert read.llm_structured_outputs is True
 
 
 def test_a_backend_without_prices_counts_calls_as_free(tmp_path: Path) -> None:
@@ -46,6 +49,7 @@ def test_a_backend_without_prices_counts_calls_as_free(tmp_path: Path) -> None:
         owner_pid=None, base_env={},
     )  # fmt: skip
     assert _settings_from(env).llm_input_price_per_mtok_usd == 0
+    assert _settings_from(env).llm_structured_outputs is False
 
 
 def test_the_runner_chart_sets_the_prices_and_the_release_reads_them_back() -> None:
@@ -75,6 +79,7 @@ def test_the_runner_chart_sets_the_prices_and_the_release_reads_them_back() -> N
     env = {entry["name"]: entry.get("value") for entry in container["env"]}
     assert float(env["PLNT_RUNNER_LLM_INPUT_PRICE_PER_MTOK_USD"]) == 0.15
     assert float(env["PLNT_RUNNER_LLM_OUTPUT_PRICE_PER_MTOK_USD"]) == 0.6
+    assert env["PLNT_RUNNER_LLM_STRUCTURED_OUTPUTS"] == "true"
     read_back = desired_from_values(name=desired.release, values=values)
     assert read_back is not None and read_back.llm == desired.llm
 

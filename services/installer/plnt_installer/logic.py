@@ -33,6 +33,7 @@ def desired_canary(data: SpecPulled, *, saga_id: str) -> DesiredRelease:
             api_key_env=llm.api_key_env,
             input_price_per_mtok_usd=llm.input_price_per_mtok_usd or 0.0,
             output_price_per_mtok_usd=llm.output_price_per_mtok_usd or 0.0,
+            structured_outputs=llm.structured_outputs,
         )
         if llm
         else LlmConfig(),

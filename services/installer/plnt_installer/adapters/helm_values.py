@@ -116,6 +116,7 @@ def chart_values(
             "apiKeySecretRef": _api_key_ref(backend_name=backend_name, backend=backend),
             "inputPricePerMTokUsd": release.llm.input_price_per_mtok_usd,
             "outputPricePerMTokUsd": release.llm.output_price_per_mtok_usd,
+            "structuredOutputs": release.llm.structured_outputs,
         },
         "replicas": {"min": release.replicas, "max": max(release.replicas, where.replicas_max)},
         "autoscaling": {"targetInvocationsPerSecond": where.target_invocations_per_second},
@@ -185,6 +186,7 @@ def desired_from_values(*, name: str, values: dict[str, Any]) -> DesiredRelease 
                 model=llm.get("model") or "",
                 input_price_per_mtok_usd=float(llm.get("inputPricePerMTokUsd") or 0),
                 output_price_per_mtok_usd=float(llm.get("outputPricePerMTokUsd") or 0),
+                structured_outputs=bool(llm.get("structuredOutputs")),
             ),
         )
     except (KeyError, TypeError, ValueError):

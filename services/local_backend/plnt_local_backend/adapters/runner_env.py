@@ -53,6 +53,7 @@ def runner_env(
             "PLNT_RUNNER_LLM_OUTPUT_PRICE_PER_MTOK_USD": repr(
                 desired.llm.output_price_per_mtok_usd
             ),
+            "PLNT_RUNNER_LLM_STRUCTURED_OUTPUTS": str(desired.llm.structured_outputs).lower(),
         }
     )
     # Unset rather than empty when there is no owner: an empty string is not a pid.
