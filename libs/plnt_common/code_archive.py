@@ -13,6 +13,7 @@ import hashlib
 import io
 import tarfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -89,3 +90,33 @@ def member_problem(member: tarfile.TarInfo) -> str:
     if not (member.isfile() or member.isdir()):
         return "is not a regular file or directory (links and devices are refused)"
     return ""
+
+
+def pack_archive(files: Mapping[str, bytes]) -> bytes:
+    """A gzip tar holding ``files`` (relative POSIX path -> bytes) at its root, the same
+    bytes for the same files: members sorted by path, regular files only, mode 0644,
+    mtime 0, owner 0:0 without names, and a gzip header without a time or file name.
+
+    What ``plnt publish`` packs a workflow's ``src/`` into; raises ``CodeInvalid`` for a
+    path ``check_archive`` would refuse.
+    """
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in sorted(files):
+            data = files[path]
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            problem = member_problem(info)
+            if problem:
+                raise CodeInvalid(f"cannot pack {path!r}: it {problem}")
+            archive.addfile(info, io.BytesIO(data))
+    raw = buffer.getvalue()
+    compressed = io.BytesIO()
+    # GzipFile with an empty file name and mtime 0: the header holds nothing that varies.
+    with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, mtime=0, compresslevel=9) as out:
+        out.write(raw)
+    return compressed.getvalue()

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from plnt_cli import arguments, commands, runner
+from plnt_cli import arguments, commands, publish, runner
 from plnt_cli.locate import resolve_nats_url
 from plnt_cli.operate import operate
 from plnt_cli.serve import SERVICES, service_main
@@ -23,6 +23,11 @@ T = TypeVar("T")
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+def tell(line: str) -> None:
+    """Progress, on stderr: stdout keeps only the results a script reads."""
+    print(line, file=sys.stderr, flush=True)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -153,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("service", choices=sorted(SERVICES))
 
     runner.add_parser(sub)
+    publish.add_parsers(sub)
     return parser
 
 
@@ -186,6 +192,10 @@ def dispatch(args: argparse.Namespace) -> int:
         return run_up(config, say=say)
     if command == "runner":
         return runner.run_check(args, say=say)
+    if command in ("keygen", "publish"):
+        return publish.run(
+            args, say=say, tell=lambda line: print(line, file=sys.stderr, flush=True)
+        )
     if command == "demo":
         from plnt_cli.demo import run_demo
 
