@@ -3,6 +3,7 @@ after its recorded position, never at the start of the history."""
 
 import asyncio
 
+import pytest
 from nats.js import api
 from test_bus_consumer import deleted_event
 
@@ -88,5 +89,21 @@ async def test_an_ordered_durable_made_without_the_pin_is_pinned_from_its_ack_fl
         assert await handled_by(bus, ordered, expected=1) == ["a2"]
         info = await durables.consumer_info(bus, "plnt-positioned")
         assert info is not None and info["config"]["priority_policy"] == "pinned_client"
+    finally:
+        await bus.close()
+
+
+async def test_on_a_server_without_priority_groups_an_ordered_durable_is_left_unpinned(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a server before 2.11 drops the fields: pinning there would re-make it at every bind
+    monkeypatch.setattr(durables, "groups_supported", lambda bus: False)
+    bus = await Bus.open(nats_url, service="test")
+    try:
+        await bus.publish(deleted_event("a", 1))
+        ordered = ConsumerSpec(service="positioned", filters=SPEC.filters, ordered_by_run=True)
+        assert await handled_by(bus, ordered, expected=1) == ["a1"]
+        info = await durables.consumer_info(bus, "plnt-positioned")
+        assert info is not None and "priority_policy" not in info["config"]
     finally:
         await bus.close()

@@ -151,8 +151,12 @@ class EventConsumer:
             max_deliver=-1,  # pragma: no mutate  (exhaustion is counted here, not by the server)
             max_ack_pending=max(1000, self._spec.concurrency * 4),
         )
-        if self._spec.ordered_by_run:
+        if self._spec.ordered_by_run and durables.groups_supported(self._bus):
             config = durables.pinned(config, timeout_s=self.pin_timeout_s)
+            self._pin = self._pin or Pin(group=durables.PIN_GROUP)
+        elif self._spec.ordered_by_run:  # a server before 2.11: ordered per replica only
+            log.warning("consumer.not_pinned", server=str(self._bus.nc.connected_server_version))
+            self._pin = None
         # a missing durable starts after its recorded position
         config = await durables.prepared(self._bus, config)
         # rewritten only when it differs and no newer plnt version wrote it

@@ -54,6 +54,13 @@ class PinnedConsumerConfig(api.ConsumerConfig):
         return result
 
 
+def groups_supported(bus: Bus) -> bool:
+    """Whether the connected server has priority groups (nats-server 2.11 or later); an
+    unknown version (no server info yet) is taken for one that has them."""
+    version = bus.nc.connected_server_version
+    return version.major == 0 or (version.major, version.minor) >= (2, 11)
+
+
 def pinned(config: api.ConsumerConfig, *, timeout_s: float) -> PinnedConsumerConfig:
     """``config`` as a pinned priority group's."""
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(api.ConsumerConfig)}
