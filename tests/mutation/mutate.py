@@ -23,6 +23,7 @@ MUTATED = (
     "plnt_common/bus/bus.py",
     "plnt_common/bus/consumer.py",
     "plnt_common/bus/pull_feed.py",
+    "plnt_common/bus/durables.py",
     "plnt_common/bus/saga.py",
     "plnt_common/bus/kv_snapshot.py",
     "plnt_common/bus/kv_batch.py",
@@ -34,9 +35,9 @@ MUTATED = (
     "plnt_installer/logic.py",
     "plnt_router/logic.py",
 )
-"""The bus, the consumer and its pull feed, the bucket listing and batch writes, replay
-and its fold workers, saga classification, the projection fold, the promoter's and
-installer's decisions, the router's choice of target."""
+"""The bus, the consumer, its pull feed and its durable's start, the bucket listing and
+batch writes, replay and its fold workers, saga classification, the projection fold, the
+promoter's and installer's decisions, the router's choice of target."""
 
 TESTS = (
     "tests/common/test_bus_*.py",
