@@ -12,11 +12,17 @@ from typing import Any
 
 import boto3
 import pytest
-from puller_support import FileSource, PullerUnderTest, S3Source, SpecSource
+from puller_support import FileSource, OciSource, PullerUnderTest, S3Source, SpecSource
 
 from plnt_common.bus.bus import Bus
 from plnt_puller.settings import PullerSettings
 from plnt_testkit.moto_s3 import moto_s3_server
+from plnt_testkit.oci_registry import (
+    MISSING,
+    REGISTRY_BINARY,
+    OciRegistryServer,
+    oci_registry_server,
+)
 
 
 @pytest.fixture
@@ -56,10 +62,24 @@ def s3_source(s3_client: Any) -> S3Source:
     return S3Source(client=s3_client)
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture
+def oci_registry(tmp_path: Path) -> Iterator[OciRegistryServer]:
+    """A real OCI registry (docker-registry) on a free loopback port, without auth."""
+    if REGISTRY_BINARY is None:
+        pytest.skip(MISSING)
+    with oci_registry_server(tmp_path / "oci-registry") as server:
+        yield server
+
+
+@pytest.fixture
+def oci_source(oci_registry: OciRegistryServer) -> OciSource:
+    return OciSource(host=oci_registry.host)
+
+
+@pytest.fixture(params=["file", "s3", "oci"])
 def source(request: pytest.FixtureRequest) -> SpecSource:
-    """Each registry kind in turn: the same test runs against both adapters."""
-    fixture = "file_source" if request.param == "file" else "s3_source"
+    """Each registry kind in turn: the same test runs against every adapter."""
+    fixture = f"{request.param}_source"
     found: SpecSource = request.getfixturevalue(fixture)
     return found
 

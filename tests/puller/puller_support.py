@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import yaml
 from nats.js.errors import NotFoundError
 
+from plnt_cli.adapters.oci_target import OciTarget
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.events import (
@@ -21,6 +22,7 @@ from plnt_common.events import (
     EventType,
     RunSnapshot,
 )
+from plnt_common.oci import OciClient
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import WorkflowRunSpec, parse_resource
 from plnt_puller import app
@@ -123,6 +125,31 @@ class S3Source:
 
     def location(self, *, name: str = WORKFLOW, version: str = VERSION) -> str:
         return f"{self.url}/{name}/{version}/workflow.yaml"
+
+
+@dataclass
+class OciSource:
+    """A real OCI registry (``docker-registry``); files are pushed as ``plnt publish`` pushes
+    them (``OciTarget``), each ``publish`` adding or replacing one layer of the artifact."""
+
+    host: str
+    docker_config: Path | None = None
+    path: str = "team-a/specs"
+    kind: str = "oci"
+
+    @property
+    def url(self) -> str:
+        return f"oci://{self.host}/{self.path}"
+
+    def publish(
+        self, data: bytes, *, name: str = WORKFLOW, version: str = VERSION, file: str = SPEC
+    ) -> None:
+        client = OciClient(docker_config=self.docker_config, attempts=1)
+        target = OciTarget(self.url, client=client)
+        target.upload(name=name, version=version, files={file: data}, progress=lambda *_: None)
+
+    def location(self, *, name: str = WORKFLOW, version: str = VERSION) -> str:
+        return f"{self.host}/{self.path}/{name}:{version}"
 
 
 def run_snapshot(

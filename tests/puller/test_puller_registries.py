@@ -17,8 +17,10 @@ from puller_support import VERSION, WORKFLOW, FileSource, S3Source, SpecSource, 
 
 from plnt_common.errors import RegistryUnavailable, SpecInvalid, SpecNotFound
 from plnt_common.nats_server import free_port
+from plnt_common.oci import OciClient
 from plnt_common.workflow import MAX_SPEC_BYTES
 from plnt_puller.adapters.file_registry import FileRegistry
+from plnt_puller.adapters.oci_registry import OciRegistry
 from plnt_puller.adapters.registries import RegistryByScheme
 from plnt_puller.adapters.s3_registry import S3Registry
 from plnt_puller.ports import Registry
@@ -27,6 +29,8 @@ from plnt_puller.ports import Registry
 def adapter_for(source: SpecSource, s3_endpoint: str | None) -> Registry:
     if source.kind == "file":
         return FileRegistry()
+    if source.kind == "oci":
+        return OciRegistry(client=OciClient(attempts=2, connect_timeout_s=1.0))
     return S3Registry(endpoint_url=s3_endpoint, max_attempts=2, connect_timeout_s=1.0)
 
 
@@ -230,7 +234,7 @@ async def test_s3_registry_gives_up_on_a_dead_endpoint_after_bounded_retries(
 # --- scheme dispatch -------------------------------------------------------------------
 
 
-async def test_oci_registries_are_refused_as_not_supported_yet() -> None:
+async def test_a_scheme_without_an_adapter_is_refused_naming_the_supported_ones() -> None:
     registry = RegistryByScheme(adapters={"file": FileRegistry()})
     with pytest.raises(SpecNotFound) as caught:
         await registry.fetch(registry="oci://ghcr.io/microagents", name=WORKFLOW, version=VERSION)

@@ -222,17 +222,6 @@ async def test_a_missing_bucket_fails_the_run_as_spec_not_found(
     assert f"s3://no-such-bucket/specs/{WORKFLOW}/{VERSION}/workflow.yaml" in failure.message
 
 
-async def test_an_oci_registry_fails_the_run_as_not_supported_yet(
-    puller: PullerUnderTest,
-) -> None:
-    request = await puller.request(run_snapshot(registry="oci://ghcr.io/microagents"))
-
-    failure = failure_of(await puller.outcome(request))
-
-    assert failure.reason is Reason.SPEC_NOT_FOUND
-    assert "oci:// registries are not supported yet; use s3:// or file://" in failure.message
-
-
 async def test_an_unreachable_s3_endpoint_fails_the_run_after_bounded_retries(
     puller: PullerUnderTest,
 ) -> None:

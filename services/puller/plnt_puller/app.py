@@ -7,6 +7,7 @@
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from plnt_common import subjects
 from plnt_common.backend_catalog import BackendCatalog, StoredBackends
@@ -14,9 +15,11 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec
 from plnt_common.bus.service_app import service_app
 from plnt_common.events import EventType
+from plnt_common.oci import OciClient, docker_config_file
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
 from plnt_puller.adapters.file_registry import FileRegistry
+from plnt_puller.adapters.oci_registry import OciRegistry
 from plnt_puller.adapters.registries import RegistryByScheme
 from plnt_puller.adapters.s3_registry import S3Registry
 from plnt_puller.adapters.spec_store import ObjectStoreSpecs
@@ -42,7 +45,19 @@ def build_registry(settings: PullerSettings) -> Registry:
                 read_timeout_s=settings.read_timeout_s,
                 max_connections=settings.concurrency,
             ),
+            "oci": OciRegistry(client=oci_client(settings)),
         }
+    )
+
+
+def oci_client(settings: PullerSettings) -> OciClient:
+    """The OCI registry client ``settings`` describe (also what ``plnt publish`` uses)."""
+    return OciClient(
+        insecure=settings.oci_insecure_registries,
+        docker_config=docker_config_file(settings.oci_docker_config, home=Path.home()),
+        attempts=settings.oci_max_attempts,
+        connect_timeout_s=settings.connect_timeout_s,
+        read_timeout_s=settings.read_timeout_s,
     )
 
 

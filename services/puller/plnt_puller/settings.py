@@ -3,12 +3,13 @@
 Read once at start-up by ``app.main``; nothing else in the puller reads the environment.
 S3 credentials are not settings: boto3 finds them along the standard AWS chain
 (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, web identity, instance
-metadata), so no secret ever sits in a plnt variable.
+metadata), so no secret ever sits in a plnt variable. OCI registry credentials come from a
+docker ``config.json`` (``oci_docker_config``), for the same reason.
 """
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
 from plnt_common.settings import CommonSettings
@@ -37,11 +38,41 @@ class PullerSettings(CommonSettings):
             "5xx answers and throttling, with botocore's jittered back-off between them."
         ),
     )
+    oci_insecure_registries: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "oci:// registries (host:port, or host for every port) reached over plain HTTP; "
+            "loopback hosts always are, every other one only over HTTPS. As JSON in the "
+            "environment, e.g. '[\"registry.lan:5000\"]'."
+        ),
+        examples=[["registry.lan:5000"]],
+    )
+    oci_docker_config: str = Field(
+        default="",
+        validation_alias=AliasChoices("PLNT_PULLER_OCI_DOCKER_CONFIG", "DOCKER_CONFIG"),
+        description=(
+            "Directory of the docker config.json holding oci:// registry credentials "
+            "(auths.<host>.auth); empty = DOCKER_CONFIG, else ~/.docker."
+        ),
+    )
+    oci_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description=(
+            "Attempts per OCI registry request (the first one included) for connection "
+            "errors, timeouts, 429 and 5xx answers, with back-off between them."
+        ),
+    )
     connect_timeout_s: float = Field(
-        default=5.0, gt=0, description="Longest wait for a connection to the S3 endpoint."
+        default=5.0,
+        gt=0,
+        description="Longest wait for a connection to the S3 endpoint or an OCI registry.",
     )
     read_timeout_s: float = Field(
-        default=30.0, gt=0, description="Longest wait for the S3 endpoint between two reads."
+        default=30.0,
+        gt=0,
+        description="Longest wait for the S3 endpoint or an OCI registry between two reads.",
     )
     max_attempts: int = Field(
         default=6,

@@ -1,4 +1,5 @@
-"""The puller's I/O: registries (file system, S3 via boto3), the PlntBackend catalog (the
+"""The puller's I/O: registries (file system, S3 via boto3, OCI
+registries via ``plnt_common.oci``), the PlntBackend catalog (the
 embedded store or the Kubernetes API) and the ``plnt-specs`` object store.
 
 Adapters do what they are told: they never decide whether a run fails, which reason it

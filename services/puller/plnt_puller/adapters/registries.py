@@ -1,8 +1,7 @@
 """One ``Registry`` over several: picks the adapter by the registry URL's scheme.
 
-``file://`` and ``s3://`` have adapters; ``oci://`` is part of the resource contract but
-not implemented, and is refused with a clear, non-retryable ``SpecNotFound``. This module
-imports no I/O library itself.
+``file://``, ``s3://`` and ``oci://`` have adapters; another scheme is refused with a
+clear, non-retryable ``SpecNotFound``. This module imports no I/O library itself.
 """
 
 from collections.abc import Mapping
