@@ -10,7 +10,6 @@ the store and the setting when its deadline passes, never a bare ``ServiceUnavai
 """
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 
 from nats.aio.client import Client
@@ -201,15 +200,9 @@ class Bus:
         this type is (or already was) the saga's terminal.
         """
         claim = TerminalClaim.of(envelope)
-        try:
-            await self.sagas.create(envelope.sagaid, claim.encode())
+        if await self._create_in_sagas(envelope.sagaid, claim.encode()):
             SIDE_EFFECTS.labels(self.service, "terminal_claim").inc()
-        except APIError as exc:
-            if not isinstance(exc, KeyWrongLastSequenceError):
-                full = full_store(exc, subjects.SAGAS_BUCKET, "PLNT_BUCKETS_MAX_BYTES")
-                if full is not None:
-                    raise full from None
-                raise
+        else:
             existing = await self.terminal_claim(envelope.sagaid)
             if existing is None:  # purged meanwhile (tests); the saga is no longer tracked
                 return False
@@ -222,8 +215,8 @@ class Bus:
                 )
                 return False
             await self.publish_claimed(existing.event or envelope)
-        else:
-            await self.publish_claimed(envelope, fresh=True)
+            return True
+        await self.publish_claimed(envelope, fresh=True)
         return True
 
     async def publish_claimed(self, envelope: Envelope, *, fresh: bool = False) -> None:
@@ -234,8 +227,21 @@ class Bus:
         if not fresh and await self._claim(key) is not None:
             return
         await self.publish(envelope)
-        with contextlib.suppress(KeyWrongLastSequenceError):  # recorded by another replica
-            await self.sagas.create(key, b"")
+        await self._create_in_sagas(key, b"")  # False: recorded by another replica
+
+    async def _create_in_sagas(self, key: str, value: bytes) -> bool:
+        """Create ``key`` in ``plnt-sagas``: False when it exists; ``BusFull`` when the
+        bucket has no room."""
+        try:
+            await self.sagas.create(key, value)
+            return True
+        except KeyWrongLastSequenceError:
+            return False
+        except APIError as exc:
+            full = full_store(exc, subjects.SAGAS_BUCKET, "PLNT_BUCKETS_MAX_BYTES")
+            if full is not None:
+                raise full from None
+            raise
 
     async def terminal_claim(self, sagaid: str) -> TerminalClaim | None:
         """The terminal event that ended ``sagaid``; None while it has not ended."""
