@@ -121,8 +121,9 @@ class CommonSettings(BaseSettings):
         default=30 * 86_400.0,
         ge=0,
         validation_alias=AliasChoices("PLNT_SAGAS_MAX_AGE", "sagas_max_age"),
-        description="How long a saga's terminal claim is kept in plnt-sagas (0: for ever): "
-        "the one bucket whose old entries nothing needs. Keep it at least PLNT_EVENTS_MAX_AGE.",
+        description="How long plnt-sagas keeps an entry (0: for ever): terminal claims, "
+        "their publication records and the durables' positions (rewritten every 30 s while "
+        "a service runs). Keep it at least PLNT_EVENTS_MAX_AGE.",
     )
     log_level: str = Field(
         default="info",
