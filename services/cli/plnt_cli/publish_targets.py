@@ -59,7 +59,9 @@ def target_for(registry: str) -> PublishTarget:
 
         return S3Target(registry)
     if scheme == "oci":
-        raise SpecNotFound(f"publishing to oci:// registries is not supported yet: {registry}")
+        from plnt_cli.adapters.oci_target import OciTarget
+
+        return OciTarget(registry)
     raise SpecNotFound(
         f"cannot publish to {registry!r}: use file:///abs/path, s3://bucket[/prefix] or oci://"
     )
