@@ -14,13 +14,20 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from plnt_common.code_archive import archive_digest
+from plnt_common.code_archive import archive_digest, pack_archive
 
 
 def code_archive(files: Mapping[str, str | bytes], *, raw_members: bool = False) -> bytes:
     """A gzip tar holding ``files`` (path -> content) at its root, the same bytes for the
     same files. ``raw_members`` writes the names as given (absolute, ``..``): for archives
     the readers must refuse."""
+    if not raw_members:
+        return pack_archive(
+            {
+                name.lstrip("/"): content.encode() if isinstance(content, str) else content
+                for name, content in files.items()
+            }
+        )
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for name in sorted(files):
