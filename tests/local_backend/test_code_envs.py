@@ -3,8 +3,10 @@ processes), pip run offline from a local wheel directory against plnt's pinned p
 and the decisions around them (which requirement pip could not install, the command)."""
 
 import os
+import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from plnt_common.code_archive import archive_digest
 from plnt_common.errors import CodeInvalid, DependenciesFailed
 from plnt_local_backend import logic
-from plnt_local_backend.adapters.code_envs import CodeEnvs, platform_constraints
+from plnt_local_backend.adapters.code_envs import BuildStopped, CodeEnvs, platform_constraints
 from plnt_testkit.code_archives import build_wheel, code_archive, offline_pip_env
 
 REQUIREMENT = "plnt_testwheel==1.0.0"
@@ -161,3 +163,53 @@ def test_the_entrypoint_runs_with_the_environments_python(entrypoint: str, argv:
 def test_an_entrypoint_that_cannot_be_split_is_refused() -> None:
     with pytest.raises(ValueError, match="closing quotation"):
         logic.entrypoint_command("python -c 'unbalanced", python="/env/bin/python")
+
+
+def test_a_stop_request_kills_a_running_pip_at_once_and_leaves_nothing_half_made(
+    tmp_path: Path,
+) -> None:
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers: pip waits
+    port = silent.getsockname()[1]
+    base_env = {
+        **os.environ,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": f"http://127.0.0.1:{port}/wheels/",
+        "PIP_TIMEOUT": "60",
+        "PIP_RETRIES": "0",
+    }
+    envs = CodeEnvs(root=tmp_path / "envs", base_env=base_env)
+    archive = code_archive({"main.py": MAIN})
+    digest = archive_digest(archive)
+    env = envs.env_for(digest=digest, requirements=[REQUIREMENT])
+    stop = threading.Event()
+    installing = threading.Event()
+    outcome: list[BaseException] = []
+
+    def prepare() -> None:
+        try:
+            envs.prepare(
+                env,
+                digest=digest,
+                archive=archive,
+                requirements=[REQUIREMENT],
+                on_install=lambda _: installing.set(),
+                stop=stop,
+            )
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=prepare)
+    thread.start()
+    try:
+        assert installing.wait(30), "pip never started"
+        time.sleep(1.0)  # pip is waiting on the silent server now
+        stopped_at = time.monotonic()
+        stop.set()
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "the build did not stop"
+        assert time.monotonic() - stopped_at < 3
+    finally:
+        stop.set()
+        silent.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], BuildStopped), outcome
+    assert not env.path.exists()

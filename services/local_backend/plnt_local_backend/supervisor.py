@@ -12,6 +12,7 @@ that ``logic`` can decide.
 """
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,13 +349,20 @@ class Supervisor:
             count = logic.requirements_count(len(code.requirements))
             say = f"installing requirements for {code.digest} ({count})"
             await self._report(desired, ReleasePhase.STARTING, message=say)
-        return await asyncio.to_thread(
-            self._envs.prepare,
-            env,
-            digest=code.digest,
-            archive=archive,
-            requirements=code.requirements,
-        )
+        stop = threading.Event()
+        try:
+            return await asyncio.to_thread(
+                self._envs.prepare,
+                env,
+                digest=code.digest,
+                archive=archive,
+                requirements=code.requirements,
+                stop=stop,
+            )
+        except asyncio.CancelledError:
+            # The thread goes on: tell it to kill pip, so stopping never waits for an install.
+            stop.set()
+            raise
 
     async def _await_ready(self, desired: DesiredRelease) -> None:
         runner = self._runner

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -52,8 +54,14 @@ CODE_DIR = "code"
 CONSTRAINTS_FILE = "plnt-constraints.txt"
 PIP_LOG = "pip.log"
 BASE_PTH = "_plnt_base.pth"
+STOP_POLL_S = 0.5
+"""How often a running pip is checked for a stop request or its timeout."""
 PLATFORM_DISTRIBUTION = "plnt"
 """The distribution whose dependency closure is pinned in every environment."""
+
+
+class BuildStopped(Exception):
+    """The build was told to stop (the local-backend stopping); nothing was made."""
 
 
 @dataclass(frozen=True)
@@ -118,14 +126,17 @@ class CodeEnvs:
         archive: bytes,
         requirements: Sequence[str],
         on_install: Callable[[int], None] = lambda _: None,
+        stop: threading.Event | None = None,
     ) -> CodeEnv:
         """Make ``env`` unless it is made; returns it. Blocking.
 
         ``on_install(n)`` is called before pip installs ``n`` requirements (never when the
-        environment was made already). Raises ``CodeInvalid`` when ``archive`` is not the
-        code pinned by ``digest`` or cannot be unpacked safely, and ``DependenciesFailed``
-        naming the requirement when pip fails (the half-made environment is removed, so a
-        later start tries again).
+        environment was made already). Setting ``stop`` kills a running pip within
+        ``STOP_POLL_S`` and raises ``BuildStopped`` (the local-backend stopping). Raises
+        ``CodeInvalid`` when ``archive`` is not the code pinned by ``digest`` or cannot be
+        unpacked safely, and ``DependenciesFailed`` naming the requirement when pip fails.
+        A build that raises removes its half-made environment, so a later start tries
+        again.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         with _locked(self.root / f"{env.path.name}.lock"):
@@ -140,6 +151,7 @@ class CodeEnvs:
                     archive=archive,
                     requirements=requirements,
                     on_install=on_install,
+                    stop=stop,
                 )
             except BaseException:
                 shutil.rmtree(env.path, ignore_errors=True)
@@ -167,6 +179,7 @@ class CodeEnvs:
         archive: bytes,
         requirements: Sequence[str],
         on_install: Callable[[int], None],
+        stop: threading.Event | None,
     ) -> None:
         check_archive(archive, digest=digest, name=f"code archive {digest}")
         self._run([self._python, "-m", "venv", "--without-pip", str(env.path)], what="venv")
@@ -188,11 +201,9 @@ class CodeEnvs:
             constraints_file=str(constraints_file), requirements=requirements
         )
         pip_log = env.path / PIP_LOG
-        result = self._pip([str(env.python), "-m", "pip", *args], log_file=pip_log)
-        if result.returncode != 0:
-            message = logic.pip_failure(
-                output=result.stdout, requirements=requirements, exit_code=result.returncode
-            )
+        code, output = self._pip([str(env.python), "-m", "pip", *args], log_file=pip_log, stop=stop)
+        if code != 0:
+            message = logic.pip_failure(output=output, requirements=requirements, exit_code=code)
             log.warning("code.requirements_failed", digest=digest, message=message, say=message)
             raise DependenciesFailed(message)
         log.info(
@@ -202,31 +213,45 @@ class CodeEnvs:
             say=f"requirements for {digest} installed",
         )
 
-    def _pip(self, argv: list[str], *, log_file: Path) -> "subprocess.CompletedProcess[str]":
+    def _pip(
+        self, argv: list[str], *, log_file: Path, stop: threading.Event | None
+    ) -> tuple[int, str]:
+        """pip's exit code and output (also written to ``log_file``)."""
         env = dict(os.environ if self._base_env is None else self._base_env)
         # The environment's own interpreter decides where packages go; an inherited
         # PYTHONPATH or PYTHONHOME would point pip at another one.
         for name in ("PYTHONPATH", "PYTHONHOME", "PIP_TARGET", "PIP_PREFIX", "PIP_USER"):
             env.pop(name, None)
         try:
-            result = subprocess.run(
+            process = subprocess.Popen(
                 argv,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                timeout=self._pip_timeout_s,
-                check=False,
             )
-        except subprocess.TimeoutExpired:
-            raise DependenciesFailed(
-                f"pip did not finish installing within {self._pip_timeout_s:g}s"
-            ) from None
         except OSError as exc:
             raise DependenciesFailed(f"cannot run pip: {exc.strerror or exc}") from None
-        log_file.write_text(result.stdout)
-        return result
+        deadline = time.monotonic() + self._pip_timeout_s
+        while True:
+            try:
+                # A retried communicate() keeps what it read so far.
+                output, _ = process.communicate(timeout=STOP_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                stopped = stop is not None and stop.is_set()
+                if not stopped and time.monotonic() < deadline:
+                    continue
+                process.kill()
+                process.communicate()
+                if stopped:
+                    raise BuildStopped("stopped while pip was installing") from None
+                raise DependenciesFailed(
+                    f"pip did not finish installing within {self._pip_timeout_s:g}s"
+                ) from None
+        log_file.write_text(output)
+        return process.returncode, output
 
     def _run(self, argv: list[str], *, what: str) -> None:
         try:
