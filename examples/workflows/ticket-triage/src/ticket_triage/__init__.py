@@ -1,0 +1,1 @@
+"""The ticket-triage workflow's own code: the ``crm.lookup`` tool (``tools.lookup``)."""
