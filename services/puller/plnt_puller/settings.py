@@ -7,9 +7,10 @@ metadata), so no secret ever sits in a plnt variable. OCI registry credentials c
 docker ``config.json`` (``oci_docker_config``), for the same reason.
 """
 
+import os
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from plnt_common.settings import CommonSettings
@@ -48,11 +49,11 @@ class PullerSettings(CommonSettings):
         examples=[["registry.lan:5000"]],
     )
     oci_docker_config: str = Field(
-        default="",
-        validation_alias=AliasChoices("PLNT_PULLER_OCI_DOCKER_CONFIG", "DOCKER_CONFIG"),
+        # Read here, where settings are read: DOCKER_CONFIG is docker's own variable.
+        default_factory=lambda: os.environ.get("DOCKER_CONFIG", ""),
         description=(
             "Directory of the docker config.json holding oci:// registry credentials "
-            "(auths.<host>.auth); empty = DOCKER_CONFIG, else ~/.docker."
+            "(auths.<host>.auth), as DOCKER_CONFIG names it (its default); empty: ~/.docker."
         ),
     )
     oci_max_attempts: int = Field(
