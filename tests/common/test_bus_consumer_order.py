@@ -164,3 +164,32 @@ async def test_an_event_waiting_behind_a_long_handler_is_not_redelivered_meanwhi
     await asyncio.sleep(1.5)  # a redelivery would come within an ack wait
     assert runs == [("a1", 1), ("a2", 1)]
     assert exhausted == []
+
+
+async def test_a_pinned_replica_with_no_room_keeps_its_pin_while_its_handler_runs(
+    nats_url: str,
+) -> None:
+    # one slot, busy 5 s with a1, and a 3 s priority timeout: without a pull meanwhile the
+    # server would pin the standby, which would take a2 while a1 still runs
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("a", 1))
+    await bus.publish(deleted_event("a", 2))
+    await bus.close()
+    lines: list[str] = []
+    done = asyncio.Event()
+
+    def replica(label: str) -> Handler:
+        async def handler(event: Envelope, delivery: Delivery) -> None:
+            name = f"{event.name}{event.generation}"
+            lines.append(f"{name} start")
+            if name == "a1":
+                await asyncio.sleep(5)
+            lines.append(f"{name} end")
+            if name == "a2":
+                done.set()
+
+        return handler
+
+    spec = ordered_spec(concurrency=1, ack_wait_s=3.0)
+    await consume(nats_url, spec, [replica("A"), replica("B")], done, within_s=20)
+    assert lines == ["a1 start", "a1 end", "a2 start", "a2 end"]
