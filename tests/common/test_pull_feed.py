@@ -14,7 +14,8 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 
 from plnt_common.bus import connect
-from plnt_common.bus.pull_feed import PullFeed
+from plnt_common.bus.durables import PinnedConsumerConfig, pinned
+from plnt_common.bus.pull_feed import Pin, PullFeed
 from plnt_common.nats_server import NatsServer
 
 STREAM = "FEED"
@@ -331,3 +332,37 @@ async def test_a_feed_stopped_after_its_connection_closed_returns_cleanly(
     await js_client.close()  # its inbox's subscription went with it
     stop.set()
     await asyncio.wait_for(running, timeout=5)
+
+
+async def test_a_feed_told_its_pin_moved_pulls_as_a_candidate_and_is_pinned_again(
+    js_client: Client,
+) -> None:
+    # a pin id the server does not hold (the pin moved while this replica was away): the
+    # 423 answer clears it, and the next request, without an id, is pinned anew
+    js = js_client.jetstream()
+    config: PinnedConsumerConfig = pinned(
+        api.ConsumerConfig(durable_name="pinned", ack_policy=api.AckPolicy.EXPLICIT),
+        timeout_s=5,
+    )
+    await js.add_consumer(STREAM, config)
+    await js.publish("feed.a", b"1")
+    collector = Collector()
+    pin = Pin(group=config.priority_groups[0] if config.priority_groups else "", id="stale")
+    feed = PullFeed(
+        js_client,
+        stream=STREAM,
+        consumer="pinned",
+        capacity=4,
+        expires_s=0.5,
+        deliver=collector.deliver,
+        pin=pin,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(feed.run(stop))
+    try:
+        await collector.wait_for(1)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, timeout=5)
+    assert pin.id not in ("", "stale")
+    assert (collector.msgs[0].headers or {}).get("Nats-Pin-Id") == pin.id
