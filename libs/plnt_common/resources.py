@@ -91,6 +91,23 @@ class Verify(_Model):
     )
 
 
+SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""A Secret's name: a DNS-1123 subdomain (at most ``MAX_SECRET_NAME`` characters)."""
+MAX_SECRET_NAME = 253
+
+
+class PullSecret(_Model):
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_SECRET_NAME,
+        pattern=SECRET_NAME.pattern,
+        description=(
+            "A kubernetes.io/dockerconfigjson Secret in the run's namespace whose auths the "
+            "puller uses for this pull (Kubernetes only)."
+        ),
+    )
+
+
 class WorkflowRef(_Model):
     ref: str = Field(description="<name>@<semver> of the Workflow in the registry.")
     registry: str = Field(description="s3://bucket[/prefix], file:///abs/path or oci://...")
@@ -98,6 +115,21 @@ class WorkflowRef(_Model):
     verify: Verify | None = Field(
         default=None, description="Require a valid minisign signature by one of these keys."
     )
+    pull_secret: PullSecret | None = Field(
+        default=None,
+        alias="pullSecret",
+        description="Registry credentials for an oci:// registry, from a Secret of the run's "
+        "namespace, like a pod's imagePullSecrets.",
+    )
+
+    @model_validator(mode="after")
+    def _pull_secret_is_for_oci(self) -> "WorkflowRef":
+        if self.pull_secret is not None and not self.registry.startswith("oci://"):
+            raise ValueError(
+                "pullSecret applies to oci:// registries only; s3:// takes credentials from "
+                "the puller's AWS configuration, file:// needs none"
+            )
+        return self
 
     @field_validator("ref")
     @classmethod

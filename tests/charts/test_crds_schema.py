@@ -316,6 +316,14 @@ def _drop(path: str) -> Mutation:
     return mutate
 
 
+def _pull_secret(registry: str, name: str) -> Mutation:
+    def mutate(obj: dict[str, Any]) -> None:
+        obj["spec"]["workflow"]["registry"] = registry
+        obj["spec"]["workflow"]["pullSecret"] = {"name": name}
+
+    return mutate
+
+
 def _golden(*cases: dict[str, Any]) -> Mutation:
     return _set("spec.smokeTest.golden", list(cases))
 
@@ -371,6 +379,14 @@ WORKFLOWRUN_CASES: list[tuple[str, Mutation, bool]] = [
     ("traffic-100", _set("spec.canary.trafficPercent", 100), True),
     ("name-of-40-chars", _set("metadata.name", "a" * 40), True),
     ("gpu-count-16", _set("spec.backend.gpuCount", 16), True),
+    ("pull-secret-on-oci", _pull_secret("oci://registry.lan:5000/specs", "regcred"), True),
+    ("pull-secret-dotted-name", _pull_secret("oci://ghcr.io/a", "ghcr.io-creds"), True),
+    ("pull-secret-on-s3", _pull_secret("s3://my-bucket", "regcred"), False),
+    ("pull-secret-on-file", _pull_secret("file:///srv/registry", "regcred"), False),
+    ("pull-secret-name-uppercase", _pull_secret("oci://ghcr.io/a", "RegCred"), False),
+    ("pull-secret-name-empty", _pull_secret("oci://ghcr.io/a", ""), False),
+    ("pull-secret-name-254-chars", _pull_secret("oci://ghcr.io/a", "a" * 254), False),
+    ("pull-secret-without-name", _set("spec.workflow.pullSecret", {}), False),
     ("ref-without-version", _set("spec.workflow.ref", "review-responder"), False),
     ("ref-version-not-semver", _set("spec.workflow.ref", "review-responder@1.2"), False),
     ("ref-version-leading-zero", _set("spec.workflow.ref", "review-responder@01.2.0"), False),
