@@ -281,3 +281,23 @@ async def test_invoice_extractor_answers_its_nested_schema_and_refuses_a_body_wi
     code, _, body = await invoke(endpoint, {"invoice": "INV-1"})
     assert code == 422 and "text" in body["error"], body
     assert fake_llm.request_count == before
+
+
+def test_the_walkthrough_in_docs_workflows_shows_the_ticket_triage_folder_as_it_is() -> None:
+    guide = (EXAMPLES.parent / "docs" / "workflows.md").read_text()
+    shown = dict(
+        re.findall(
+            r"^`(ticket-triage/[^`]+)`[^\n]*\n(?:[^\n]*\n)*?\n```\w+\n(.*?\n)```",
+            guide,
+            re.M | re.S,
+        )
+    )
+    folder = SOURCES / "ticket-triage"
+    files = sorted(
+        str(p.relative_to(SOURCES))
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert sorted(shown) == files
+    for name, text in shown.items():
+        assert text == (SOURCES / name).read_text(), f"docs/workflows.md shows another {name}"
