@@ -89,6 +89,10 @@ def test_code_is_packed_reproducibly_pinned_in_the_spec_and_signed(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     folder = workflow_folder(tmp_path)
+    # what a developer's tools leave in src/: never packed
+    for left in (".venv/bin/python3.py", ".mypy_cache/3.11/x.json", "pkg/__pycache__/m.pyc"):
+        (folder / "src" / left).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "src" / left).write_text("machine-specific\n")
     plnt(capfd, "keygen", "--out", str(tmp_path / "k"))
     registry = tmp_path / "registry"
     argv = ["publish", str(folder), "--registry", registry.as_uri(), "--sign-key"]

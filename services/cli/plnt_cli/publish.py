@@ -35,8 +35,9 @@ from plnt_puller.ports import SIGNATURE_FILE, SPEC_FILE
 SOURCE_DIR = "src"
 """The folder beside workflow.yaml whose contents become the code archive's root."""
 
-SKIPPED = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
-"""Directories never packed: caches and version control, which differ between machines."""
+SKIPPED = frozenset({"__pycache__"})
+"""Directories never packed besides hidden ones (``.git``, ``.venv``, tool caches): what
+differs between machines, or holds an environment rather than the code."""
 
 
 class PublishRefused(PlntError):
@@ -173,7 +174,7 @@ def _source_files(directory: Path) -> dict[str, bytes]:
         )
     files: dict[str, bytes] = {}
     for current, dirs, names in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED)
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED and not d.startswith("."))
         here = Path(current)
         for entry in [*dirs, *names]:
             if (here / entry).is_symlink():
