@@ -89,6 +89,14 @@ class SignatureInvalid(PlntError):
     reason = "SignatureInvalid"
 
 
+class PullSecretInvalid(PlntError):
+    """The registry pull secret a run names (``spec.workflow.pullSecret``) does not exist,
+    is not a ``kubernetes.io/dockerconfigjson`` Secret, cannot be read, or cannot be used
+    where the puller runs (no Kubernetes access)."""
+
+    reason = "PullSecretInvalid"
+
+
 class DependenciesFailed(InstallFailed):
     """pip could not install a requirement of a workflow's code."""
 

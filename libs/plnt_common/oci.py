@@ -13,7 +13,9 @@ Transport: HTTPS, except plain HTTP for loopback hosts and hosts the operator ma
 insecure (``PLNT_PULLER_OCI_INSECURE_REGISTRIES``), redirects included. Credentials come
 from a docker ``config.json`` (``auths.<host>.auth``, or ``username``/``password``), sent as
 basic auth or traded for a bearer token at the realm a ``WWW-Authenticate: Bearer``
-challenge names. Connection errors, timeouts, 429 and 5xx answers are retried a bounded
+challenge names. A pull may bring its own logins (``Logins``, from a run's
+``kubernetes.io/dockerconfigjson`` pull secret): for the hosts they list they win over the
+file, for that pull only. Connection errors, timeouts, 429 and 5xx answers are retried a bounded
 number of times with back-off, then raised as ``RegistryUnavailable``.
 
 Why not a library: the ORAS Python SDK (``oras``) is synchronous over requests, so the
@@ -162,19 +164,59 @@ def credentials_for(host: str, *, config_file: Path) -> tuple[str, str] | None:
     for key, entry in auths.items():
         if _auth_host(str(key)) != host or not isinstance(entry, dict):
             continue
-        if entry.get("auth"):
-            try:
-                decoded = base64.b64decode(str(entry["auth"]), validate=True).decode()
-            except (ValueError, UnicodeDecodeError):
-                raise SpecNotFound(
-                    f"{config_file}: auths.{key}.auth is not base64 of user:password"
-                ) from None
-            user, sep, password = decoded.partition(":")
-            if not sep:
-                raise SpecNotFound(f"{config_file}: auths.{key}.auth is not user:password")
-            return user, password
-        if entry.get("username") is not None and entry.get("password") is not None:
-            return str(entry["username"]), str(entry["password"])
+        try:
+            login = _login(str(key), entry)
+        except ValueError as exc:
+            raise SpecNotFound(f"{config_file}: {exc}") from None
+        if login is not None:
+            return login
+    return None
+
+
+@dataclass(frozen=True)
+class Logins:
+    """Registry logins one pull brings along (a run's pull secret): for the hosts listed in
+    ``by_host`` they are used instead of the docker config file's."""
+
+    source: str
+    """What they came from, for messages, e.g. ``Secret agents/regcred``."""
+    by_host: Mapping[str, tuple[str, str]] = field(repr=False)
+
+
+def logins_of(document: object, *, source: str) -> Logins:
+    """The logins of a docker config document (``{"auths": {...}}``, what a
+    ``kubernetes.io/dockerconfigjson`` Secret holds), keyed by ``host[:port]``.
+
+    Raises ``ValueError`` naming the entry when the document is not of that shape or an
+    entry holds no usable login."""
+    auths = document.get("auths") if isinstance(document, dict) else None
+    if not isinstance(auths, dict):
+        raise ValueError("it has no auths mapping")
+    by_host: dict[str, tuple[str, str]] = {}
+    for key, entry in auths.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"auths.{key} is not a mapping")
+        login = _login(str(key), entry)
+        if login is None:
+            raise ValueError(f"auths.{key} holds neither auth nor username and password")
+        by_host[_auth_host(str(key))] = login
+    return Logins(source=source, by_host=by_host)
+
+
+def _login(key: str, entry: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(username, password)`` of one ``auths`` entry, None when it holds neither form;
+    raises ``ValueError`` for an ``auth`` that is not base64 of ``user:password``."""
+    if entry.get("auth"):
+        try:
+            decoded = base64.b64decode(str(entry["auth"]), validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            raise ValueError(f"auths.{key}.auth is not base64 of user:password") from None
+        user, sep, password = decoded.partition(":")
+        if not sep:
+            raise ValueError(f"auths.{key}.auth is not user:password")
+        return user, password
+    if entry.get("username") is not None and entry.get("password") is not None:
+        return str(entry["username"]), str(entry["password"])
     return None
 
 
@@ -218,10 +260,17 @@ class OciClient:
     backoff_s: Sequence[float] = (0.2, 1.0)
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
-    _tokens: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
+    _tokens: dict[tuple[str, str, tuple[str, str] | None], str] = field(
+        default_factory=dict, repr=False
+    )
+    """Bearer tokens by host, scope and the pull's own login (None: the file's, or none),
+    so a token one run's pull secret earned never serves a run without it."""
 
-    async def manifest(self, artifact: Artifact) -> Manifest | None:
+    async def manifest(
+        self, artifact: Artifact, *, logins: Logins | None = None
+    ) -> Manifest | None:
         """The artifact's manifest, None when the registry has no such repository or tag.
+        ``logins``: this pull's own credentials, over the docker config's.
 
         Raises ``SpecNotFound`` for a manifest that is not an image manifest, or a refusal;
         ``RegistryUnavailable`` (``Unauthorized`` too) once retries are spent."""
@@ -232,15 +281,19 @@ class OciClient:
             headers={"Accept": MANIFEST_MEDIA_TYPE},
             max_bytes=MAX_MANIFEST_BYTES,
             push=False,
+            logins=logins,
         )
         if status == 404:
             return None
         _expect(artifact, status, body, 200)
         return _parse_manifest(artifact, body)
 
-    async def blob(self, artifact: Artifact, layer: Blob, *, max_bytes: int) -> bytes:
+    async def blob(
+        self, artifact: Artifact, layer: Blob, *, max_bytes: int, logins: Logins | None = None
+    ) -> bytes:
         """The layer's bytes, checked against its digest; raises ``SpecInvalid`` when the
-        layer is over ``max_bytes``, ``SpecNotFound`` when it is missing."""
+        layer is over ``max_bytes``, ``SpecNotFound`` when it is missing. ``logins`` as for
+        ``manifest``."""
         if layer.size > max_bytes:
             raise SpecInvalid(_too_big(artifact, layer, layer.size, max_bytes))
         status, body, _ = await self._call(
@@ -249,6 +302,7 @@ class OciClient:
             f"/v2/{artifact.repository}/blobs/{layer.digest}",
             max_bytes=max_bytes,
             push=False,
+            logins=logins,
         )
         if status == 404:
             raise SpecNotFound(f"{artifact.reference}: layer {layer.digest} is missing")
@@ -313,6 +367,7 @@ class OciClient:
         push: bool,
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
+        logins: Logins | None = None,
     ) -> tuple[int, bytes, Mapping[str, str]]:
         """One request with its retries, authentication and redirects: the final status,
         body (at most ``max_bytes`` + 1 bytes) and headers. Raises ``RegistryUnavailable``."""
@@ -325,7 +380,7 @@ class OciClient:
                 await asyncio.sleep(self.backoff_s[min(attempt - 1, len(self.backoff_s) - 1)])
             try:
                 status, body, answer = await self._authenticated(
-                    artifact, method, url, scope, data, headers, max_bytes
+                    artifact, method, url, scope, data, headers, max_bytes, logins
                 )
             except (aiohttp.ClientError, TimeoutError) as exc:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -348,25 +403,28 @@ class OciClient:
         data: bytes | None,
         headers: Mapping[str, str] | None,
         max_bytes: int,
+        logins: Logins | None,
     ) -> tuple[int, bytes, Mapping[str, str]]:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.connect_timeout_s, sock_read=self.read_timeout_s
         )
+        own = logins.by_host.get(artifact.host) if logins is not None else None
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            auth = self._tokens.get((artifact.host, scope))
+            auth = self._tokens.get((artifact.host, scope, own))
             status, body, answer = await self._send(
                 http, method, url, data, headers, auth, max_bytes, artifact.host
             )
             if status != 401:
                 return status, body, answer
-            auth = await self._authorize(http, artifact, scope, answer)
+            auth = await self._authorize(http, artifact, scope, answer, logins, own)
             status, body, answer = await self._send(
                 http, method, url, data, headers, auth, max_bytes, artifact.host
             )
             if status == 401:
+                where = logins.source if own is not None and logins else self.docker_config
                 raise Unauthorized(
                     f"registry {artifact.host} refused the credentials for {artifact.host} "
-                    f"in {self.docker_config} (401 Unauthorized) for {artifact.reference}"
+                    f"in {where} (401 Unauthorized) for {artifact.reference}"
                 )
             return status, body, answer
 
@@ -406,19 +464,24 @@ class OciClient:
         artifact: Artifact,
         scope: str,
         answer: Mapping[str, str],
+        logins: Logins | None,
+        own: tuple[str, str] | None,
     ) -> str:
-        """The Authorization header a 401's challenge asks for; raises ``Unauthorized``."""
+        """The Authorization header a 401's challenge asks for, with the pull's own login
+        (``own``, from ``logins``) or else the docker config's; raises ``Unauthorized``."""
         challenge = answer.get("WWW-Authenticate", "")
-        credentials = (
-            credentials_for(artifact.host, config_file=self.docker_config)
-            if self.docker_config is not None
-            else None
-        )
+        credentials = own
+        if credentials is None and self.docker_config is not None:
+            credentials = credentials_for(artifact.host, config_file=self.docker_config)
         where = (
             f"no credentials for {artifact.host} in {self.docker_config}"
             if self.docker_config is not None
             else "no docker config to read credentials from"
         )
+        if logins is not None:
+            where = f"no credentials for {artifact.host} in {logins.source}" + (
+                f" nor in {self.docker_config}" if self.docker_config is not None else ""
+            )
         scheme, params = parse_challenge(challenge)
         if scheme == "basic":
             if credentials is None:
@@ -461,7 +524,7 @@ class OciClient:
                 f"the token service of {artifact.host} answered no token"
             ) from None
         auth = f"Bearer {value}"
-        self._tokens[(artifact.host, scope)] = auth
+        self._tokens[(artifact.host, scope, own)] = auth
         return auth
 
 

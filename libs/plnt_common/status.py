@@ -77,6 +77,8 @@ class Reason(StrEnum):
     """The run requires a signature (``verify.publicKeys``) and the spec has none."""
     SIGNATURE_INVALID = "SignatureInvalid"
     """The spec's signature is malformed, by an untrusted key, or does not match its bytes."""
+    PULL_SECRET_INVALID = "PullSecretInvalid"
+    """The run's ``pullSecret`` is missing, not a dockerconfigjson Secret, or unusable here."""
     SMOKE_FAILED = "SmokeFailed"
     ANALYSIS_FAILED = "AnalysisFailed"
     SUPERSEDED = "Superseded"

@@ -24,7 +24,7 @@ from plnt_puller.adapters.registries import RegistryByScheme
 from plnt_puller.adapters.s3_registry import S3Registry
 from plnt_puller.adapters.spec_store import ObjectStoreSpecs
 from plnt_puller.handlers import PullHandler
-from plnt_puller.ports import Registry
+from plnt_puller.ports import PullSecrets, Registry
 from plnt_puller.settings import PullerSettings
 
 SERVICE = "puller"
@@ -62,23 +62,26 @@ def oci_client(settings: PullerSettings) -> OciClient:
 
 
 @contextlib.asynccontextmanager
-async def backend_catalog(settings: PullerSettings, bus: Bus) -> AsyncIterator[BackendCatalog]:
-    """The PlntBackend catalog ``settings.backends`` names, closed on exit.
+async def kubernetes_reads(
+    settings: PullerSettings,
+) -> AsyncIterator[tuple[BackendCatalog, PullSecrets] | None]:
+    """With ``backends=kubernetes``: the PlntBackend reader and the pull-secret reader, one
+    API client between them, closed on exit; None in the embedded mode (no Kubernetes).
 
     Raises ``KubernetesUnavailable`` when the Kubernetes API is chosen and neither a
     kubeconfig nor a service account is found, so a misconfigured puller stops at start-up.
     """
     if settings.backends != "kubernetes":
-        yield StoredBackends(store=ResourceStore(bus))
+        yield None
         return
     # Imported here so the embedded mode never loads the Kubernetes client.
     from plnt_common.kube import PlntBackendReader, api_client
+    from plnt_puller.adapters.pull_secrets import KubePullSecrets
 
-    reader = PlntBackendReader(
-        api=api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
-    )
+    api = api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
+    reader = PlntBackendReader(api=api)
     try:
-        yield reader
+        yield reader, KubePullSecrets(api=api)
     finally:
         await reader.close()
 
@@ -97,13 +100,15 @@ async def run(settings: PullerSettings, stop: asyncio.Event) -> None:
     """Pull specs until ``stop`` is set; in-flight pulls finish and ack before return."""
     bus = await Bus.open(settings.nats_url, service=SERVICE, wait_for_server=True)
     try:
-        async with backend_catalog(settings, bus) as backends:
+        async with kubernetes_reads(settings) as reads:
+            backends = reads[0] if reads is not None else StoredBackends(store=ResourceStore(bus))
             handler = PullHandler(
                 bus=bus,
                 registry=build_registry(settings),
                 backends=backends,
                 specs=ObjectStoreSpecs(js=bus.js),
                 max_attempts=settings.max_attempts,
+                pull_secrets=reads[1] if reads is not None else None,
             )
             app = service_app(bus, consumer_spec(settings), emits=EMITS, handlers=handler)
             await app.run(stop)

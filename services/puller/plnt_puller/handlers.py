@@ -28,12 +28,13 @@ from plnt_common.events import (
 )
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SIDE_EFFECTS
+from plnt_common.oci import Logins
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.saga import SagaState
 from plnt_common.tasks import discard, discarded_on_error
 from plnt_common.workflow import CodeArchive, spec_digest
 from plnt_puller import logic
-from plnt_puller.ports import Registry, SpecStore
+from plnt_puller.ports import PullSecrets, Registry, SpecStore
 
 SOURCE = "puller"
 
@@ -49,6 +50,9 @@ class PullHandler:
     backends: BackendCatalog
     specs: SpecStore
     max_attempts: int
+    pull_secrets: PullSecrets | None = None
+    """Where runs' ``spec.workflow.pullSecret`` is read; None without Kubernetes access,
+    where a run naming one fails ``PullSecretInvalid``."""
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         """Publish ``spec.pulled`` or ``run.failed`` for ``event``, or nothing if it ended.
@@ -72,8 +76,8 @@ class PullHandler:
                 await self._fail(event, gate)
             return
         try:
-            (raw, signature, stored), backend = await reads
-            pulled = await self._pull(run, raw, signature, backend, stored=stored)
+            (raw, signature, stored, logins), backend = await reads
+            pulled = await self._pull(run, raw, signature, backend, stored=stored, logins=logins)
         except Exception as exc:
             failure = logic.failure_for(exc, ref=run.spec.workflow.ref)
             if failure is None:
@@ -91,17 +95,31 @@ class PullHandler:
         )
         await self._fail(event, failure)
 
-    async def _fetch(self, run: RunSnapshot) -> tuple[bytes, bytes | None, bool]:
+    async def _fetch(self, run: RunSnapshot) -> tuple[bytes, bytes | None, bool, Logins | None]:
         """The spec's bytes, its signature when the run verifies one (None: not there or
-        not asked for), and whether the spec store holds the spec already."""
+        not asked for), whether the spec store holds the spec already, and the logins of
+        the run's pull secret (None when it names none)."""
         ref = run.spec.workflow
-        raw = await self.registry.fetch(registry=ref.registry, name=ref.name, version=ref.version)
+        logins = await self._logins(run)
+        raw = await self.registry.fetch(
+            registry=ref.registry, name=ref.name, version=ref.version, logins=logins
+        )
         signature = None
         if ref.verify is not None:
             signature = await self.registry.fetch_signature(
-                registry=ref.registry, name=ref.name, version=ref.version
+                registry=ref.registry, name=ref.name, version=ref.version, logins=logins
             )
-        return raw, signature, await self.specs.contains(digest=spec_digest(raw))
+        return raw, signature, await self.specs.contains(digest=spec_digest(raw)), logins
+
+    async def _logins(self, run: RunSnapshot) -> Logins | None:
+        """The run's pull secret's logins; raises ``PullSecretInvalid`` (also when the
+        puller cannot read Secrets) or ``KubernetesUnavailable`` (retryable)."""
+        secret = run.spec.workflow.pull_secret
+        if secret is None:
+            return None
+        if self.pull_secrets is None:
+            raise logic.pull_secret_unreadable(name=secret.name, namespace=run.namespace)
+        return await self.pull_secrets.logins(namespace=run.namespace, name=secret.name)
 
     async def _pull(
         self,
@@ -111,6 +129,7 @@ class PullHandler:
         backend: PlntBackendSpec | None,
         *,
         stored: bool,
+        logins: Logins | None = None,
     ) -> SpecPulled:
         """Check the signature (first: nothing of an untrusted spec is read), verify,
         validate, check the backend, then store unless ``stored``; raises ``PlntError``."""
@@ -123,7 +142,7 @@ class PullHandler:
             name=selection.cluster, backend=backend, gpu_class=selection.gpu_class
         )
         if workflow.spec.runtime.code is not None:
-            await self._pull_code(run, workflow.spec.runtime.code)
+            await self._pull_code(run, workflow.spec.runtime.code, logins)
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
         if not stored:
             await self.specs.put(digest=digest, data=raw)
@@ -137,7 +156,9 @@ class PullHandler:
             backend=checked,
         )
 
-    async def _pull_code(self, run: RunSnapshot, code: CodeArchive) -> None:
+    async def _pull_code(
+        self, run: RunSnapshot, code: CodeArchive, logins: Logins | None = None
+    ) -> None:
         """Fetch the code archive beside the spec, verify it and store it by its digest;
         raises ``CodeInvalid``, or a retryable error of the registry or the store.
 
@@ -155,6 +176,7 @@ class PullHandler:
                 version=ref.version,
                 file=code.archive,
                 max_bytes=MAX_ARCHIVE_BYTES,
+                logins=logins,
             )
         except (SpecNotFound, SpecInvalid) as exc:
             raise logic.code_missing(exc, code=code, ref=ref.ref) from None

@@ -15,6 +15,7 @@ from plnt_common.errors import (
     CodeInvalid,
     IntegrityMismatch,
     PlntError,
+    PullSecretInvalid,
     RegistryUnavailable,
     SignatureInvalid,
     SignatureMissing,
@@ -40,6 +41,7 @@ FAILS_AT_ONCE = frozenset(
         Reason.CODE_INVALID,
         Reason.SIGNATURE_MISSING,
         Reason.SIGNATURE_INVALID,
+        Reason.PULL_SECRET_INVALID,
     }
 )
 """Errors no retry can fix: the run (or the registry's content) must change first."""
@@ -127,6 +129,18 @@ def code_missing(error: Exception, *, code: CodeArchive, ref: str) -> CodeInvali
     """The ``CodeInvalid`` a registry's answer about the archive file becomes: the spec pins
     code that cannot be fetched (absent, unreadable or over the size bound)."""
     return CodeInvalid(f"code archive {code.archive} of {ref} cannot be fetched: {error}")
+
+
+def pull_secret_unreadable(*, name: str, namespace: str) -> PullSecretInvalid:
+    """The refusal of a run naming a pull secret when the puller has no Kubernetes access
+    (the embedded mode): there is no Secret to read, and pulling without the credentials
+    the run asked for would ignore part of its spec."""
+    return PullSecretInvalid(
+        f"the run names pull secret {namespace}/{name}, but this puller has no Kubernetes "
+        "access to read Secrets (PLNT_PULLER_BACKENDS=embedded); give the registry's "
+        "credentials to the puller's docker config (PLNT_PULLER_OCI_DOCKER_CONFIG) and "
+        "drop spec.workflow.pullSecret, or run the puller with backends=kubernetes"
+    )
 
 
 def check_backend(

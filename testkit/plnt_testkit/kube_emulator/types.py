@@ -109,6 +109,9 @@ ENDPOINTS = ResourceType(
 )
 """Served on request (``types=``): a test plays the endpoints controller, writing the
 ready and not-ready addresses of a Service's pods as the real one does."""
+SECRETS = ResourceType(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
+"""Served on request (``types=``): registry pull secrets the puller reads. Kept as written
+(``type``, base64 ``data``); ``stringData`` is not folded into ``data`` as a real server does."""
 
 
 class ApiError(Exception):

@@ -12,8 +12,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from plnt_common.errors import RegistryUnavailable, SpecInvalid, SpecNotFound
+from plnt_common.oci import Logins
 from plnt_common.workflow import MAX_SPEC_BYTES
-from plnt_puller.adapters.locations import fetch_signature_beside, spec_path
+from plnt_puller.adapters.locations import fetch_signature_beside, refuse_logins, spec_path
 from plnt_puller.ports import SPEC_FILE
 
 READ_CHUNK = 64 * 1024
@@ -33,16 +34,22 @@ class FileRegistry:
         version: str,
         file: str = SPEC_FILE,
         max_bytes: int | None = None,
+        logins: Logins | None = None,
     ) -> bytes:
         """The file's bytes; raises ``SpecNotFound``, ``SpecInvalid`` (size) or
-        ``RegistryUnavailable`` (an I/O error other than a missing or unreadable file)."""
+        ``RegistryUnavailable`` (an I/O error other than a missing or unreadable file);
+        ``PullSecretInvalid`` for ``logins`` (file registries take none)."""
+        refuse_logins(logins, registry=registry)
         root = _root_of(registry)
         relative = spec_path(name=name, version=version, file=file)
         bound = self._max_bytes if max_bytes is None else max_bytes
         return await asyncio.to_thread(self._read, root, relative, bound)
 
-    async def fetch_signature(self, *, registry: str, name: str, version: str) -> bytes | None:
+    async def fetch_signature(
+        self, *, registry: str, name: str, version: str, logins: Logins | None = None
+    ) -> bytes | None:
         """``workflow.yaml.minisig`` beside the spec, None when it is not there."""
+        refuse_logins(logins, registry=registry)
         return await fetch_signature_beside(self, url=registry, name=name, version=version)
 
     def _read(self, root: Path, relative: str, bound: int) -> bytes:

@@ -4,9 +4,14 @@ published beside it (a code archive, the signature).
 Shared by every registry adapter so they agree on the layout; no I/O of its own.
 """
 
-from plnt_common.errors import SignatureInvalid, SpecInvalid, SpecNotFound
+from typing import TYPE_CHECKING
+
+from plnt_common.errors import PullSecretInvalid, SignatureInvalid, SpecInvalid, SpecNotFound
 from plnt_common.signatures import MAX_SIGNATURE_BYTES
 from plnt_puller.ports import SIGNATURE_FILE, SPEC_FILE, Registry
+
+if TYPE_CHECKING:
+    from plnt_common.oci import Logins
 
 
 def spec_path(*, name: str, version: str, file: str = SPEC_FILE) -> str:
@@ -18,6 +23,16 @@ def spec_path(*, name: str, version: str, file: str = SPEC_FILE) -> str:
     Workflow model checks it); adapters still confine what they read.
     """
     return f"{name}/{version}/{file}"
+
+
+def refuse_logins(logins: "Logins | None", *, registry: str) -> None:
+    """Raise ``PullSecretInvalid`` when a run brings registry logins to a registry that
+    takes none (file, S3): nothing a run asks for is silently ignored."""
+    if logins is not None:
+        raise PullSecretInvalid(
+            f"{logins.source} holds OCI registry logins, but {registry} is not an oci:// "
+            "registry; pullSecret applies to oci:// registries only"
+        )
 
 
 async def fetch_signature_beside(

@@ -16,6 +16,7 @@ from plnt_common.oci import (
     WORKFLOW_MEDIA_TYPE,
     Artifact,
     Blob,
+    Logins,
     Manifest,
     OciClient,
     locate,
@@ -40,31 +41,37 @@ class OciRegistry:
         version: str,
         file: str = SPEC_FILE,
         max_bytes: int | None = None,
+        logins: Logins | None = None,
     ) -> bytes:
         """The bytes of the layer holding ``file``; raises ``SpecNotFound`` (no such
         artifact or layer, a refusal), ``SpecInvalid`` (over the bound) or
-        ``RegistryUnavailable`` once the client's retries are spent (401 included)."""
+        ``RegistryUnavailable`` once the client's retries are spent (401 included).
+        ``logins`` (the run's pull secret) win over the docker config for their hosts."""
         artifact = locate(registry, name=name, version=version)
-        manifest = await self._manifest(artifact)
+        manifest = await self._manifest(artifact, logins)
         layer = _layer_of(manifest, file)
         if layer is None:
             raise SpecNotFound(f"{artifact.reference} has no layer holding {file}")
         bound = self._max_bytes if max_bytes is None else max_bytes
-        return await self._client.blob(artifact, layer, max_bytes=bound)
+        return await self._client.blob(artifact, layer, max_bytes=bound, logins=logins)
 
-    async def fetch_signature(self, *, registry: str, name: str, version: str) -> bytes | None:
+    async def fetch_signature(
+        self, *, registry: str, name: str, version: str, logins: Logins | None = None
+    ) -> bytes | None:
         """The signature layer's bytes, None when the artifact has none."""
         artifact = locate(registry, name=name, version=version)
-        layer = _layer_of(await self._manifest(artifact), SIGNATURE_FILE)
+        layer = _layer_of(await self._manifest(artifact, logins), SIGNATURE_FILE)
         if layer is None:
             return None
         try:
-            return await self._client.blob(artifact, layer, max_bytes=MAX_SIGNATURE_BYTES)
+            return await self._client.blob(
+                artifact, layer, max_bytes=MAX_SIGNATURE_BYTES, logins=logins
+            )
         except SpecInvalid as exc:  # over the bound: no real signature is that large
             raise SignatureInvalid(f"{SIGNATURE_FILE}: {exc}") from None
 
-    async def _manifest(self, artifact: Artifact) -> Manifest:
-        manifest = await self._client.manifest(artifact)
+    async def _manifest(self, artifact: Artifact, logins: Logins | None) -> Manifest:
+        manifest = await self._client.manifest(artifact, logins=logins)
         if manifest is None:
             raise SpecNotFound(f"{artifact.reference} not found (no such repository or tag)")
         return manifest

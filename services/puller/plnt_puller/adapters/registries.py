@@ -5,10 +5,14 @@ clear, non-retryable ``SpecNotFound``. This module imports no I/O library itself
 """
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from plnt_common.errors import SpecNotFound
 from plnt_puller.ports import SPEC_FILE, Registry
+
+if TYPE_CHECKING:
+    from plnt_common.oci import Logins
 
 
 class RegistryByScheme:
@@ -25,16 +29,24 @@ class RegistryByScheme:
         version: str,
         file: str = SPEC_FILE,
         max_bytes: int | None = None,
+        logins: "Logins | None" = None,
     ) -> bytes:
         """What the scheme's adapter returns or raises; ``SpecNotFound`` for other schemes."""
         return await self._adapter(registry).fetch(
-            registry=registry, name=name, version=version, file=file, max_bytes=max_bytes
+            registry=registry,
+            name=name,
+            version=version,
+            file=file,
+            max_bytes=max_bytes,
+            logins=logins,
         )
 
-    async def fetch_signature(self, *, registry: str, name: str, version: str) -> bytes | None:
+    async def fetch_signature(
+        self, *, registry: str, name: str, version: str, logins: "Logins | None" = None
+    ) -> bytes | None:
         """What the scheme's adapter returns or raises; ``SpecNotFound`` for other schemes."""
         return await self._adapter(registry).fetch_signature(
-            registry=registry, name=name, version=version
+            registry=registry, name=name, version=version, logins=logins
         )
 
     def _adapter(self, registry: str) -> Registry:

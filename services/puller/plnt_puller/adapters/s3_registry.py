@@ -17,8 +17,9 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from plnt_common.errors import RegistryUnavailable, SpecInvalid, SpecNotFound
+from plnt_common.oci import Logins
 from plnt_common.workflow import MAX_SPEC_BYTES
-from plnt_puller.adapters.locations import fetch_signature_beside, spec_path
+from plnt_puller.adapters.locations import fetch_signature_beside, refuse_logins, spec_path
 from plnt_puller.ports import SPEC_FILE
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; at run time the client is untyped
@@ -89,15 +90,21 @@ class S3Registry:
         version: str,
         file: str = SPEC_FILE,
         max_bytes: int | None = None,
+        logins: Logins | None = None,
     ) -> bytes:
         """The file's bytes; raises ``SpecNotFound``, ``SpecInvalid`` (size) or
-        ``RegistryUnavailable`` once botocore's retries are spent."""
+        ``RegistryUnavailable`` once botocore's retries are spent; ``PullSecretInvalid``
+        for ``logins`` (S3 credentials come from the AWS chain, not from runs)."""
+        refuse_logins(logins, registry=registry)
         bucket, key = _locate(registry, spec_path(name=name, version=version, file=file))
         bound = self._max_bytes if max_bytes is None else max_bytes
         return await asyncio.to_thread(self._download, bucket, key, bound)
 
-    async def fetch_signature(self, *, registry: str, name: str, version: str) -> bytes | None:
+    async def fetch_signature(
+        self, *, registry: str, name: str, version: str, logins: Logins | None = None
+    ) -> bytes | None:
         """``workflow.yaml.minisig`` beside the spec, None when it is not there."""
+        refuse_logins(logins, registry=registry)
         return await fetch_signature_beside(self, url=registry, name=name, version=version)
 
     def _download(self, bucket: str, key: str, bound: int) -> bytes:
