@@ -445,14 +445,48 @@ def test_watcher_may_manage_workflowruns_events_and_its_lease_only() -> None:
     assert _rules(role) == [(("coordination.k8s.io",), ("leases",), ("get", "create", "update"))]
 
 
-def test_puller_may_only_read_backends() -> None:
+def test_puller_may_only_read_backends_and_get_pull_secrets_in_the_release_namespace() -> None:
     docs = _render({})
     assert _rules(one(docs, "ClusterRole", "plnt-puller")) == [
         (("plnt.work",), ("plntbackends",), ("get", "list", "watch"))
     ]
-    assert [
-        d["metadata"]["name"] for d in select(docs, "Role") if "puller" in d["metadata"]["name"]
-    ] == []
+    roles = [d for d in select(docs, "Role") if "puller" in d["metadata"]["name"]]
+    assert [(d["metadata"]["name"], d["metadata"]["namespace"]) for d in roles] == [
+        ("plnt-puller-pull-secrets", NAMESPACE)
+    ]
+    assert _rules(roles[0]) == [(("",), ("secrets",), ("get",))]
+    binding = one(docs, "RoleBinding", "plnt-puller-pull-secrets")
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"]["name"] == "plnt-puller-pull-secrets"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "plnt-puller", "namespace": NAMESPACE}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "namespaces"),
+    [
+        (
+            {"puller": {"pullSecretNamespaces": ["agents", "team-b", "agents"]}},
+            ["agents", "team-b"],
+        ),
+        ({"watcher": {"kubeNamespace": "agents"}}, ["agents"]),
+    ],
+    ids=["listed-namespaces", "the-watched-namespace"],
+)
+def test_puller_gets_pull_secrets_only_in_the_namespaces_whose_runs_may_name_them(
+    values: dict[str, Any], namespaces: list[str]
+) -> None:
+    docs = _render(values)
+    roles = [d for d in select(docs, "Role") if d["metadata"]["name"] == "plnt-puller-pull-secrets"]
+    assert [d["metadata"]["namespace"] for d in roles] == namespaces
+    assert all(_rules(d) == [(("",), ("secrets",), ("get",))] for d in roles)
+    bindings = [
+        d
+        for d in select(docs, "RoleBinding")
+        if d["metadata"]["name"] == "plnt-puller-pull-secrets"
+    ]
+    assert [d["metadata"]["namespace"] for d in bindings] == namespaces
 
 
 def test_installer_may_read_backends_cluster_wide_and_nothing_else() -> None:
