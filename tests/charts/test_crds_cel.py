@@ -12,6 +12,7 @@ NAME_40 = "self.metadata.name.size() <= 40"
 NAME_63 = "self.metadata.name.size() <= 63"
 NAME_DNS = "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')"
 NO_DOTDOT = "!self.registry.matches('(^|/)[.][.](/|$)')"
+PULL_SECRET_OCI = "!has(self.pullSecret) || self.registry.startsWith('oci://')"
 MIN_LE_MAX = "self.min <= self.max"
 TRAFFIC = "self.trafficPercent >= 0 && self.trafficPercent <= 100"
 K8S_TARGET = "self.type != 'kubernetes' || has(self.kubernetes)"
@@ -69,6 +70,17 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
             {"registry": "s3://bucket/../other"},
             {"registry": "file:///srv/.."},
             {"registry": "file:///../etc"},
+        ],
+    ),
+    PULL_SECRET_OCI: (
+        [
+            {"registry": "oci://ghcr.io/org/specs", "pullSecret": {"name": "regcred"}},
+            {"registry": "s3://bucket/specs"},
+            {"registry": "file:///srv/registry"},
+        ],
+        [
+            {"registry": "s3://bucket/specs", "pullSecret": {"name": "regcred"}},
+            {"registry": "file:///srv/registry", "pullSecret": {"name": "regcred"}},
         ],
     ),
     MIN_LE_MAX: (
