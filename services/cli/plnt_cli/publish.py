@@ -280,7 +280,9 @@ def add_parsers(sub: Any) -> None:
         "source", type=Path, metavar="FILE|DIR", help="workflow.yaml, or the folder holding it"
     )
     publish_parser.add_argument(
-        "--registry", required=True, help="file:///abs/path or s3://bucket[/prefix]"
+        "--registry",
+        required=True,
+        help="file:///abs/path, s3://bucket[/prefix] or oci://host[:port]/path",
     )
     publish_parser.add_argument(
         "--sign-key", type=Path, metavar="KEY", help="minisign secret key (from plnt keygen)"
