@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from kubernetes import client, config
 from puller_support import (
     BACKEND,
@@ -33,7 +34,7 @@ from test_puller_oci import PASSWORD, USER, write_docker_config
 from plnt_common.errors import PullSecretInvalid
 from plnt_common.events import EventType, RunFailed, RunSnapshot, SpecPulled
 from plnt_common.kube import api_client
-from plnt_common.oci import Logins, OciClient, Unauthorized
+from plnt_common.oci import WORKFLOW_MEDIA_TYPE, Logins, OciClient, Unauthorized
 from plnt_common.resources import WorkflowRunSpec
 from plnt_common.status import Reason
 from plnt_common.workflow import spec_digest
@@ -219,6 +220,48 @@ async def test_logins_go_to_oci_registries_only(tmp_path: Path) -> None:
             version=VERSION,
             logins=Logins(source="Secret default/regcred", by_host={}),
         )
+
+
+async def test_a_bearer_token_earned_with_a_runs_logins_never_serves_a_pull_without_them() -> None:
+    """The token service gives a token that reads the repository to the pull secret's
+    login only; a later pull by the same client without the logins must ask again (and be
+    refused), not reuse the token the Secret earned."""
+    spec = workflow_yaml()
+    digest = spec_digest(spec)
+    basic = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+
+    async def token(request: web.Request) -> web.Response:
+        authorized = request.headers.get("Authorization") == basic
+        return web.json_response({"token": "reader" if authorized else "anonymous"})
+
+    async def v2(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer reader":
+            challenge = f'Bearer realm="http://{request.host}/token",service="test"'
+            return web.Response(status=401, headers={"WWW-Authenticate": challenge})
+        if "/manifests/" in request.path:
+            layer = {"mediaType": WORKFLOW_MEDIA_TYPE, "digest": digest, "size": len(spec)}
+            return web.json_response({"schemaVersion": 2, "layers": [layer]})
+        return web.Response(body=spec)
+
+    app = web.Application()
+    app.router.add_get("/token", token)
+    app.router.add_get("/v2/{tail:.*}", v2)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host = f"127.0.0.1:{runner.addresses[0][1]}"
+    registry = OciRegistry(client=OciClient(attempts=1))
+    logins = Logins(source=f"Secret {NAMESPACE}/{SECRET}", by_host={host: (USER, PASSWORD)})
+    url = f"oci://{host}/specs"
+    try:
+        with_secret = await registry.fetch(
+            registry=url, name=WORKFLOW, version=VERSION, logins=logins
+        )
+        with pytest.raises(Unauthorized):
+            await registry.fetch(registry=url, name=WORKFLOW, version=VERSION)
+    finally:
+        await runner.cleanup()
+    assert with_secret == spec
 
 
 # --- the puller service: a run naming its pull secret ----------------------------------
