@@ -3,8 +3,10 @@
 Sections: ``deploy`` (the JetStream hops and apply-to-Ready), ``saga``, ``cluster`` (the
 saga on a 3-node NATS beside one node, and leader kills), ``rollback`` (request to the
 router serving the kept previous revision), ``router`` (against nginx
-and the backend called directly) and ``runner`` (the executor, the step cache,
-backpressure, GPU metrics); ``--only SECTION`` (repeatable) picks some. Each section
+and the backend called directly) ``runner`` (the executor, the step cache,
+backpressure, GPU metrics), ``runner-load`` (one runner holding 100 to 1,000 calls in
+flight against a slow LLM) and ``code-deploy`` (apply → Ready of a workflow with code and
+a requirement, first and cached); ``--only SECTION`` (repeatable) picks some. Each section
 starts its own processes on free ports; the machine and versions are printed so the
 tables can be pasted into docs/benchmarks.md.
 """
@@ -18,16 +20,27 @@ from importlib.metadata import version
 from pathlib import Path
 
 from bench.cluster import cluster_section
+from bench.code_deploy import code_deploy_section
 from bench.deploy import apply_to_ready, embedded_stack
 from bench.hops import hops
 from bench.rollback import rollback_section
+from bench.runner_load import LoadBench, runner_load_section
 from bench.saga import saga_section
 from bench.serving import add_arguments, serving_sections
 from bench.stats import summary_ms
 from plnt_common.logs import configure_logging
 from plnt_common.nats_server import nats_server_binary
 
-SECTIONS = ("deploy", "saga", "cluster", "rollback", "router", "runner")
+SECTIONS = (
+    "deploy",
+    "saga",
+    "cluster",
+    "rollback",
+    "router",
+    "runner",
+    "runner-load",
+    "code-deploy",
+)
 
 
 def machine() -> str:
@@ -84,6 +97,17 @@ def main() -> None:
         "--cluster-kills", type=int, default=10, help="leader kills on the 3-node cluster"
     )
     parser.add_argument("--rollbacks", type=int, default=20, help="rollbacks measured")
+    parser.add_argument(
+        "--load-levels",
+        default="100,300,1000",
+        help="runner-load: calls in flight, comma separated",
+    )
+    parser.add_argument(
+        "--llm-delay", type=float, default=2.0, help="runner-load: seconds the fake LLM takes"
+    )
+    parser.add_argument(
+        "--code-deploys", type=int, default=5, help="code-deploy: repetitions, a stack each"
+    )
     add_arguments(parser)
     args = parser.parse_args()
     sections = args.only or list(SECTIONS)
@@ -100,9 +124,12 @@ def main() -> None:
         )
     if "rollback" in sections:
         rollback_section(args.rollbacks)
-    serving_sections(
-        [s for s in sections if s not in ("deploy", "saga", "cluster", "rollback")], args
-    )
+    serving_sections([s for s in sections if s in ("router", "runner")], args)
+    if "runner-load" in sections:
+        levels = tuple(int(level) for level in args.load_levels.split(","))
+        runner_load_section(LoadBench(levels=levels, llm_delay_s=args.llm_delay))
+    if "code-deploy" in sections:
+        code_deploy_section(args.code_deploys)
 
 
 def deploy_table(args: argparse.Namespace) -> None:

@@ -22,11 +22,17 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @contextlib.contextmanager
-def embedded_stack() -> Iterator[StackConfig]:
-    """``plnt up``'s stack in a temporary data directory, ready; stopped on exit."""
+def embedded_stack(env: dict[str, str] | None = None) -> Iterator[StackConfig]:
+    """``plnt up``'s stack in a temporary data directory, ready; stopped on exit. ``env``:
+    more environment for the stack's services (``StackConfig.extra_env``)."""
     with tempfile.TemporaryDirectory() as tmp:
         nats_port, router_port = free_ports(2)
-        config = StackConfig(data_dir=Path(tmp), nats_port=nats_port, router_port=router_port)
+        config = StackConfig(
+            data_dir=Path(tmp),
+            nats_port=nats_port,
+            router_port=router_port,
+            extra_env=dict(env or {}),
+        )
         supervisor = Supervisor(
             config, say=lambda line: print(f"  [stack] {line}", file=sys.stderr)
         )

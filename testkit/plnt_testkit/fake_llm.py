@@ -110,7 +110,9 @@ class FakeLLM:
     ``invalid_answers`` (settable while running) is how many of the next schema requests get
     JSON that does not match. ``fail_status`` (settable while running) makes every chat
     request answer that status with an OpenAI-style error body.
-    ``chunk_delay_s`` spaces streamed chunks. ``request_count`` counts chat requests
+    ``chunk_delay_s`` spaces streamed chunks. ``backlog`` is the listening socket's accept
+    queue (aiohttp's default, 128, unless given: a benchmark opening 1,000 connections at
+    once needs more). ``request_count`` counts chat requests
     (including refused ones); ``received`` keeps the last 100 of them.
     """
 
@@ -124,6 +126,7 @@ class FakeLLM:
         invalid_answers: int = 0,
         chunk_delay_s: float = 0.0,
         models: Sequence[str] = ("fake-model",),
+        backlog: int = 128,
     ) -> None:
         self.latency_s = latency_s
         self.api_key = api_key
@@ -132,6 +135,7 @@ class FakeLLM:
         self.invalid_answers = invalid_answers
         self.chunk_delay_s = chunk_delay_s
         self.models = tuple(models)
+        self.backlog = backlog
         self.request_count = 0
         self.received: deque[ReceivedRequest] = deque(maxlen=100)
         self._runner: web.AppRunner | None = None
@@ -153,7 +157,7 @@ class FakeLLM:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self._port = int(sock.getsockname()[1])
-        await web.SockSite(self._runner, sock).start()
+        await web.SockSite(self._runner, sock, backlog=self.backlog).start()
         return self
 
     async def __aexit__(
