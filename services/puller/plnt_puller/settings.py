@@ -4,7 +4,9 @@ Read once at start-up by ``app.main``; nothing else in the puller reads the envi
 S3 credentials are not settings: boto3 finds them along the standard AWS chain
 (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, web identity, instance
 metadata), so no secret ever sits in a plnt variable. OCI registry credentials come from a
-docker ``config.json`` (``oci_docker_config``), for the same reason.
+docker ``config.json`` (``oci_docker_config``), for the same reason, and, with
+``backends=kubernetes``, from the ``kubernetes.io/dockerconfigjson`` Secret a run names
+(``spec.workflow.pullSecret``), read through the same Kubernetes client.
 """
 
 import os
@@ -97,7 +99,8 @@ class PullerSettings(CommonSettings):
     backends: Literal["embedded", "kubernetes"] = Field(
         default="embedded",
         description="Where PlntBackends are read from: the plnt-resources store of the "
-        "embedded mode, or the Kubernetes API (cluster-scoped plntbackends.plnt.work).",
+        "embedded mode, or the Kubernetes API (cluster-scoped plntbackends.plnt.work), which "
+        "also serves the pull secrets runs name; the embedded mode refuses runs naming one.",
     )
     kubeconfig: str = Field(
         default="",
