@@ -13,6 +13,8 @@ new body so the step cache never hits. A fresh runner per level, with
 import asyncio
 import json
 import os
+import re
+import statistics
 import tempfile
 import time
 from collections import Counter
@@ -63,6 +65,10 @@ class Level:
     wall_s: float
     peak_rss_mb: float
     idle_rss_mb: float
+    invocation_mean_s: float
+    """The runner's own mean time per invocation (``plnt_invocation_duration_seconds``)."""
+    step_mean_s: float
+    """The runner's mean time of the ``llm.chat`` step: the LLM call from the runner's side."""
     overflows: int
     """Connections the kernel dropped on full accept queues during the N calls."""
     cpu_s: dict[str, float]
@@ -89,6 +95,32 @@ def listen_overflows() -> int:
         if names.startswith("TcpExt:"):
             return int(dict(zip(names.split(), values.split(), strict=True))["ListenOverflows"])
     return 0
+
+
+_SUM_COUNT = re.compile(
+    rb"^(plnt_invocation_duration_seconds|plnt_step_duration_seconds)_(sum|count)\{[^}]*\} "
+    rb"([\d.e+-]+)$",
+    re.M,
+)
+
+
+async def _durations(session: aiohttp.ClientSession, url: str) -> dict[tuple[str, str], float]:
+    """The runner's own invocation and step histograms' sums and counts (every series)."""
+    async with session.get(url) as reply:
+        body = await reply.read()
+    totals: dict[tuple[str, str], float] = {}
+    for name, kind, value in _SUM_COUNT.findall(body):
+        key = (name.decode(), kind.decode())
+        totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
+
+
+def _mean_s(
+    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], name: str
+) -> float:
+    count = after.get((name, "count"), 0.0) - before.get((name, "count"), 0.0)
+    total = after.get((name, "sum"), 0.0) - before.get((name, "sum"), 0.0)
+    return total / count if count else float("nan")
 
 
 def _cpu_s(pid: int) -> float:
@@ -122,7 +154,7 @@ async def _call(
     return None
 
 
-async def _level(tmp: Path, llm: Child, bench: LoadBench, in_flight: int) -> Level:
+async def _level(tmp: Path, llm: Child, bench: LoadBench, in_flight: int, index: int) -> Level:
     assert llm.process is not None
     workflow = tmp / "workflow.yaml"
     workflow.write_text(yaml.safe_dump(WORKFLOW, sort_keys=False))
@@ -134,7 +166,7 @@ async def _level(tmp: Path, llm: Child, bench: LoadBench, in_flight: int) -> Lev
         "PLNT_RUNNER_MAX_IN_FLIGHT": str(max(bench.levels)),
         "PLNT_LOG_LEVEL": "warning",
     }
-    log = tmp / f"runner-{in_flight}.log"
+    log = tmp / f"runner-{index}.log"
     with Child.python("plnt_runner", cpu=SUT_CPU, log=log, env=env) as runner:
         assert runner.process is not None
         pid = runner.process.pid
@@ -150,6 +182,8 @@ async def _level(tmp: Path, llm: Child, bench: LoadBench, in_flight: int) -> Lev
             pids = {"runner": pid, "fake LLM": llm.process.pid, "load generator": 0}
             cpu_before = {name: _cpu_s(p) for name, p in pids.items()}
             overflows = listen_overflows()
+            metrics = f"{runner.url}/metrics"
+            histograms = await _durations(session, metrics)
             started = time.perf_counter()
             results = await asyncio.gather(
                 *(_call(session, url, index, failures) for index in range(in_flight))
@@ -157,9 +191,12 @@ async def _level(tmp: Path, llm: Child, bench: LoadBench, in_flight: int) -> Lev
             wall = time.perf_counter() - started
             cpu = {name: _cpu_s(p) - cpu_before[name] for name, p in pids.items()}
             overflows = listen_overflows() - overflows
+            after = await _durations(session, metrics)
+            invocation = _mean_s(histograms, after, "plnt_invocation_duration_seconds")
+            step = _mean_s(histograms, after, "plnt_step_duration_seconds")
         peak = _status_kb(pid, "VmHWM") / 1024
     latencies = [r for r in results if r is not None]
-    return Level(in_flight, latencies, failures, wall, peak, idle, overflows, cpu)
+    return Level(in_flight, latencies, failures, wall, peak, idle, invocation, step, overflows, cpu)
 
 
 async def runner_load_figures(tmp: Path, bench: LoadBench) -> list[Row]:
@@ -176,8 +213,8 @@ async def runner_load_figures(tmp: Path, bench: LoadBench) -> list[Row]:
     with fake_llm:
         pin(0, LOAD_CPU)
         try:
-            for in_flight in bench.levels:
-                rows.append(_row(await _level(tmp, fake_llm, bench, in_flight), bench))
+            for index, in_flight in enumerate(bench.levels):
+                rows.append(_row(await _level(tmp, fake_llm, bench, in_flight, index), bench))
         finally:
             unpin()
     return rows
@@ -198,7 +235,9 @@ def _row(level: Level, bench: LoadBench) -> Row:
         f"peak RSS {level.peak_rss_mb:.0f} MB (idle {level.idle_rss_mb:.0f} MB); "
         f"p50 {p50:.2f} s, p95 {p95:.2f} s; {level.served} served, {failed} failed "
         f"({causes}); {throughput:.0f} calls/s over {level.wall_s:.2f} s; "
-        f"{level.overflows} connections dropped on a full accept queue",
+        f"{level.overflows} connections dropped on a full accept queue; mean latency "
+        f"{statistics.fmean(lat) if lat else float('nan'):.2f} s, of which the runner's "
+        f"invocation {level.invocation_mean_s:.2f} s, its LLM step {level.step_mean_s:.2f} s",
         f"floor: {bench.llm_delay_s:g} s per call, {level.in_flight / bench.llm_delay_s:.0f} "
         f"calls/s; CPU during the calls: {cpu}",
         f"≤ {bench.rss_target_mb:g} MB RSS, no failure",
