@@ -123,8 +123,12 @@ class Bus:
         )
 
     async def close(self) -> None:
-        if not self.nc.is_closed:
+        if self.nc.is_closed:
+            return
+        if self.nc.is_connected:
             await self.nc.drain()
+        else:  # reconnecting: nothing can be drained, and drain() would refuse
+            await self.nc.close()
 
     async def publish(
         self,

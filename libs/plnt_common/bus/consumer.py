@@ -205,8 +205,9 @@ class EventConsumer:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         recording.cancel()
-        await self._record_position()
-        await self._unpin()
+        if self._bus.nc.is_connected:  # with the server away there is nothing to tell it
+            await self._record_position()
+            await self._unpin()
 
     async def _record_positions(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
