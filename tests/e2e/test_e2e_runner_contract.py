@@ -1,56 +1,45 @@
-"""The runner contract on the real embedded stack: runners that are not plnt's (the
-standard-library example, started by the local backend as its runner command) are smoke-
-tested against clauses 2-6; one that misses a clause is rolled back, reason RunnerContract,
-while the stable revision keeps serving."""
+"""The runner contract on the real embedded stack: a runner that is not plnt's (the
+standard-library example, shipped as the workflow's own code through ``runtime.code`` and
+started by its ``runtime.entrypoint``) is smoke-tested against clauses 2-6 and serves; a
+revision whose runner misses a clause is rolled back, reason RunnerContract, while the
+stable revision keeps serving."""
 
-import contextlib
-import os
-import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from stack_fixtures import start_stack
-from stack_support import Client, invoke, publish_spec, run_document, workflow_named
+from stack_support import Client, invoke, publish_spec, run_document
 
 from plnt_cli.supervisor import Supervisor
-from plnt_testkit.stdlib_runner import RUNNER, broken_runner
-
-PICK = """\
-import os, sys
-spec = open(os.environ["PLNT_RUNNER_WORKFLOW_FILE"]).read()
-with open({pids!r}, "a") as pids:
-    pids.write(f"{{os.getpid()}}\\n")
-script = {broken!r} if "version: 2.0.0" in spec else {good!r}
-os.execv(sys.executable, [sys.executable, script])
-"""
-"""The local backend's runner command: the example runner for 1.0.0, a broken one for 2.0.0."""
+from plnt_testkit.code_archives import code_archive, publish_code
+from plnt_testkit.stdlib_runner import RUNNER, WORKFLOW, broken_runner
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
-    directory = tmp_path_factory.mktemp("runners")
-    pids = directory / "pids"
-    broken = broken_runner(directory, "no-tokens-header")
-    pick = directory / "pick.py"
-    pick.write_text(PICK.format(pids=str(pids), broken=str(broken), good=str(RUNNER)))
-    command = f'["{sys.executable}", "{pick}"]'
-    supervisor = start_stack(
-        tmp_path_factory.mktemp("stack"), env={"PLNT_LOCAL_BACKEND_RUNNER_COMMAND": command}
-    )
+    supervisor = start_stack(tmp_path_factory.mktemp("stack"))
     yield supervisor
     supervisor.stop()
-    # the example runner does not watch PLNT_RUNNER_EXIT_WITH_PID: stop the ones it started
-    for pid in (int(line) for line in pids.read_text().split()) if pids.exists() else ():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+
+
+def publish_runner(registry: Path, *, name: str, version: str, runner: str) -> None:
+    """The example's workflow.yaml with ``runner`` (a runner.py's text) as its code."""
+    archive = code_archive({"runner.py": runner})
+    digest = publish_code(registry, name=name, version=version, archive=archive)
+    document: dict[str, Any] = yaml.safe_load(WORKFLOW.read_text())
+    document["metadata"] = {"name": name, "version": version}
+    assert document["spec"]["runtime"]["entrypoint"] == "python runner.py"
+    document["spec"]["runtime"]["code"] = {"archive": "code.tar.gz", "digest": digest}
+    publish_spec(registry, document)
 
 
 async def test_a_canary_missing_a_clause_rolls_back_runner_contract_and_the_stable_serves(
-    client: Client, registry: Path
+    client: Client, registry: Path, tmp_path: Path
 ) -> None:
-    publish_spec(registry, workflow_named("contract"))
+    publish_runner(registry, name="contract", version="1.0.0", runner=RUNNER.read_text())
     await client.apply(run_document("contract", registry=registry))
     ready = await client.wait_phase("contract", "Ready")
     endpoint = ready["status"]["endpoint"]
@@ -58,7 +47,8 @@ async def test_a_canary_missing_a_clause_rolls_back_runner_contract_and_the_stab
     assert (code, revision) == (200, "1.0.0-g1")
     assert answer["output"] == {"echo": {"text": "hello"}}  # the example runner serves it
 
-    publish_spec(registry, workflow_named("contract", "2.0.0"))
+    broken = broken_runner(tmp_path, "no-tokens-header").read_text()
+    publish_runner(registry, name="contract", version="2.0.0", runner=broken)
     await client.apply(run_document("contract", registry=registry, ref="contract@2.0.0"))
     body = await client.wait_phase("contract", "RolledBack", generation=2)
     status = body["status"]
