@@ -26,9 +26,9 @@ sys.exit(3)
 
 
 def test_the_command_runs_beside_one_busy_process_per_burner_and_its_exit_code_is_kept() -> None:
+    stress = [sys.executable, "-m", "plnt_testkit.stress", "--burners", "2", "--"]
     done = subprocess.run(
-        [sys.executable, "-m", "plnt_testkit.stress", "--burners", "2", "--"]
-        + [sys.executable, "-c", COUNT_BURNERS],
+        [*stress, sys.executable, "-c", COUNT_BURNERS],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(TESTKIT)),
