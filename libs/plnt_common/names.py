@@ -12,6 +12,16 @@ SEMVER = re.compile(
     r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
 )
 SHA256_PIN = re.compile(r"^sha256:[0-9a-f]{64}$")
+DURATION = re.compile(r"^(?P<number>[0-9]+(\.[0-9]+)?)(?P<unit>ms|s|m|h)$")
+DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds of a duration like ``500ms``, ``30s``, ``5m`` or ``1h``; ValueError otherwise."""
+    match = DURATION.match(text)
+    if match is None:
+        raise ValueError(f"must be a duration like 500ms, 30s or 5m, got {text!r}")
+    return float(match["number"]) * DURATION_UNITS_S[match["unit"]]
 
 
 NATS_WILDCARDS = ("*", ">")

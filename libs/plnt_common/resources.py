@@ -26,6 +26,7 @@ from plnt_common.names import (
     check_dns_label,
     check_namespace,
     check_run_name,
+    duration_seconds,
     parse_ref,
 )
 from plnt_common.status import ConditionType, Phase
@@ -191,20 +192,10 @@ class Autoscaling(_Model):
     )
 
 
-DURATION = re.compile(r"^(?P<number>[0-9]+(\.[0-9]+)?)(?P<unit>ms|s|m|h)$")
-DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MIN_STEP_INTERVAL_S = 0.1
 MAX_STEP_INTERVAL_S = 86_400.0
 MAX_CANARY_STEPS = 10
 DEFAULT_STEP_INTERVAL = "1m"
-
-
-def duration_seconds(text: str) -> float:
-    """Seconds of a duration like ``500ms``, ``30s``, ``5m`` or ``1h``; ValueError otherwise."""
-    match = DURATION.match(text)
-    if match is None:
-        raise ValueError(f"must be a duration like 500ms, 30s or 5m, got {text!r}")
-    return float(match["number"]) * DURATION_UNITS_S[match["unit"]]
 
 
 def _check_duration(value: str, *, low_s: float, high_s: float, bounds: str) -> str:

@@ -19,7 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from plnt_common.errors import SpecInvalid
-from plnt_common.names import SEMVER, SHA256_PIN, check_dns_label
+from plnt_common.names import SEMVER, SHA256_PIN, check_dns_label, duration_seconds
 from plnt_common.templating import TEMPLATE_KEYS, TemplateInvalid, check_template
 
 # libyaml's loader parses a spec ~10x faster than the pure-Python one; same safe subset
@@ -291,25 +291,14 @@ class CodeTool(_Frozen):
     @field_validator("timeout")
     @classmethod
     def _timeout_shape(cls, value: str) -> str:
-        seconds = _duration_s(value)
+        seconds = duration_seconds(value)
         if not 0.001 <= seconds <= 3600:
             raise ValueError(f"timeout must be between 1ms and 1h, got {value!r}")
         return value
 
     @property
     def timeout_s(self) -> float:
-        return _duration_s(self.timeout)
-
-
-_DURATION = re.compile(r"^(?P<number>[0-9]+(\.[0-9]+)?)(?P<unit>ms|s|m|h)$")
-_DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def _duration_s(text: str) -> float:
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"must be a duration like 500ms, 30s or 5m, got {text!r}")
-    return float(match["number"]) * _DURATION_UNITS_S[match["unit"]]
+        return duration_seconds(self.timeout)
 
 
 class Step(_Frozen):
