@@ -141,7 +141,7 @@ class PlntBackendReader:
             except _NotFound:
                 raise BackendUnavailable(
                     f"{doing}: the Kubernetes API does not serve them; is the CRD installed "
-                    "(kubectl apply -f charts/plnt/crds/)?"
+                    "(kubectl apply -f crds/)?"
                 ) from None
             items.extend(item for item in page.get("items") or [] if isinstance(item, dict))
             token = (page.get("metadata") or {}).get("continue") or None

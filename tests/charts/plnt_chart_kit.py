@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings
 
 REPO = Path(__file__).resolve().parents[2]
 PLNT_CHART = REPO / "charts" / "plnt"
-CRDS_DIR = PLNT_CHART / "crds"  # the one copy: Helm installs it, kubectl applies it
+CRDS_DIR = REPO / "crds"  # the one copy: `kubectl apply -f crds/`, never Helm
 RUNNER_CHART = REPO / "charts" / "plnt-runner"
 SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
 

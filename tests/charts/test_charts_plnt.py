@@ -608,11 +608,8 @@ def test_rbac_names_follow_the_release_and_bind_existing_service_accounts(
 # ---- chart hygiene ---------------------------------------------------------------------------
 
 
-def test_chart_ships_both_crds_for_helm_to_install() -> None:
-    names = sorted(
-        yaml.safe_load(crd["data"])["metadata"]["name"] for crd in load_chart(PLNT_CHART).crds
-    )
-    assert names == ["plntbackends.plnt.work", "workflowruns.plnt.work"]
+def test_chart_ships_no_crds_for_helm_to_leave_stale() -> None:
+    assert not load_chart(PLNT_CHART).crds
 
 
 @pytest.mark.parametrize(

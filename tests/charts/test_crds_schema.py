@@ -14,6 +14,7 @@ import pytest
 import yaml
 from plnt_chart_kit import (
     CRD_FILES,
+    CRDS_DIR,
     K8S_VERSION,
     PLNT_CHART,
     REPO,
@@ -86,18 +87,12 @@ def test_the_validator_really_is_strict_about_crds() -> None:
         kubernetes_validate.validate(crd, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("kind", sorted(CRD_FILES))
-def test_the_chart_holds_the_one_copy_of_the_crd(kind: str) -> None:
-    in_chart = PLNT_CHART / "crds" / CRD_FILES[kind].name
-    assert CRD_FILES[kind] == in_chart
-    assert in_chart.is_file() and not in_chart.is_symlink(), "Helm does not follow symlinks"
-    assert not (REPO / "crds").exists(), "the CRDs live in charts/plnt/crds/ only"
-
-
-def test_chart_crds_directory_holds_exactly_the_crds() -> None:
-    assert sorted(p.name for p in (PLNT_CHART / "crds").iterdir()) == sorted(
-        p.name for p in CRD_FILES.values()
-    )
+def test_the_crds_live_in_crds_only_and_helm_never_installs_them() -> None:
+    """Helm installs a chart's crds/ once and never upgrades them, so a stale CRD would
+    prune new fields: the CRDs are applied by ``kubectl apply -f crds/``."""
+    assert sorted(p.name for p in CRDS_DIR.iterdir()) == sorted(p.name for p in CRD_FILES.values())
+    assert not (PLNT_CHART / "crds").exists(), "the chart must not ship CRDs Helm never upgrades"
+    assert "kubectl apply -f crds/" in (REPO / "docs" / "kubernetes.md").read_text()
 
 
 def test_workflowrun_names_scope_and_columns() -> None:

@@ -16,7 +16,7 @@ from plnt_testkit.kube_emulator.schema import CrdSchema, FieldValidation
 from plnt_testkit.kube_emulator.types import ApiError
 
 ROOT = Path(__file__).resolve().parents[2]
-CRDS = ROOT / "charts" / "plnt" / "crds"
+CRDS = ROOT / "crds"
 EXAMPLES = ROOT / "examples"
 NOT_CHECKED = (
     '<nil>: Invalid value: "null": some validation rules were not checked because the '

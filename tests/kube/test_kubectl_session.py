@@ -92,10 +92,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeEmul
 
 @pytest.fixture(scope="module")
 def installed(cluster: tuple[KubeEmulator, Kubectl]) -> str:
-    """``kubectl apply -f charts/plnt/crds/`` before the control plane starts, as on a
+    """``kubectl apply -f crds/`` before the control plane starts, as on a
     cluster; returns what kubectl printed."""
     _, kubectl = cluster
-    return kubectl.ok("apply", "-f", str(REPO / "charts" / "plnt" / "crds"))
+    return kubectl.ok("apply", "-f", str(REPO / "crds"))
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +277,7 @@ def test_the_documented_kubectl_session_installs_rolls_out_and_removes_a_workflo
     assert 'plntbackend.plnt.work "gpu-cluster-01" deleted' in kubectl.ok(
         "delete", "plntbackends", "--all"
     )
-    kubectl.ok("delete", "-f", str(REPO / "charts" / "plnt" / "crds"))
+    kubectl.ok("delete", "-f", str(REPO / "crds"))
     assert "workflowruns" not in kubectl.ok("api-resources", "--api-group=plnt.work")
     unserved = kubectl.refused("get", "workflowruns.plnt.work", "-A")
     assert 'doesn\'t have a resource type "workflowruns"' in unserved, unserved

@@ -2,7 +2,7 @@
 real ``kubectl`` talk to.
 
 It serves core v1 ``namespaces``, ``apiextensions.k8s.io/v1`` CRDs and every type a CRD
-applied to it declares (by default the project's, from ``charts/plnt/crds``: plnt.work/v1
+applied to it declares (by default the project's, from ``crds``: plnt.work/v1
 ``workflowruns`` and ``plntbackends``), core v1 ``events`` and coordination.k8s.io/v1
 ``leases`` (and, when asked, other built-in types such as ``services`` and ``endpoints``).
 It keeps the server rules plnt depends on: generation, a global resourceVersion, status

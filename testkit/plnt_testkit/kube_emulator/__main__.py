@@ -16,7 +16,7 @@ def main() -> None:
     parser.add_argument(
         "--without-crds",
         action="store_true",
-        help="start without plnt's CRDs (kubectl apply -f charts/plnt/crds/ installs them)",
+        help="start without plnt's CRDs (kubectl apply -f crds/ installs them)",
     )
     args = parser.parse_args()
     emulator = KubeEmulator(

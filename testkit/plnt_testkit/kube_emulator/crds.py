@@ -5,7 +5,7 @@ served version: the ``ResourceType`` (names, short names, categories, scope, the
 subresource, printer columns) and the ``CrdSchema`` that admits its objects. ``check_crd``
 refuses what the API server refuses in a CRD's names and versions, with a 422 naming the
 field; it does not check that a schema is structural. ``project_crds`` loads the project's
-own CRDs from ``charts/plnt/crds``. Nothing here keeps state.
+own CRDs from ``crds``. Nothing here keeps state.
 """
 
 from dataclasses import dataclass
@@ -17,7 +17,7 @@ import yaml
 from plnt_testkit.kube_emulator.schema import CrdSchema
 from plnt_testkit.kube_emulator.types import CUSTOM_RESOURCE_DEFINITIONS, ApiError, ResourceType
 
-PROJECT_CRDS = Path(__file__).resolve().parents[3] / "charts" / "plnt" / "crds"
+PROJECT_CRDS = Path(__file__).resolve().parents[3] / "crds"
 CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 """The finalizer a CRD carries while the server deletes its objects."""
 
@@ -33,7 +33,7 @@ class ServedVersion:
 
 
 def project_crds() -> tuple[dict[str, Any], ...]:
-    """The project's CRDs (``charts/plnt/crds/*.yaml``), in file name order."""
+    """The project's CRDs (``crds/*.yaml``), in file name order."""
     return tuple(yaml.safe_load(path.read_text()) for path in sorted(PROJECT_CRDS.glob("*.yaml")))
 
 

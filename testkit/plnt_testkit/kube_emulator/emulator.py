@@ -34,7 +34,7 @@ class KubeEmulator:
     """A Kubernetes API server for tests, reached over plain HTTP on 127.0.0.1.
 
     ``types`` are the built-in types served besides namespaces and CRDs; ``crds`` are
-    created before it listens (default: the project's, from ``charts/plnt/crds``), so
+    created before it listens (default: the project's, from ``crds``), so
     their resources are served and admitted by their schemas from the start. ``crds=()``
     is a cluster where plnt's CRDs are not installed yet (``kubectl apply`` them).
     ``namespaces`` exist from the start, as ``default`` and the system ones do on a

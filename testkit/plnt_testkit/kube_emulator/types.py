@@ -53,7 +53,7 @@ class ResourceType:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
-# The project's two types. The emulator serves them from the CRDs in charts/plnt/crds (as
+# The project's two types. The emulator serves them from the CRDs in crds (as
 # any CRD applied to it); these constants name them for tests that reach the store.
 WORKFLOW_RUNS = ResourceType(
     group="plnt.work",

@@ -161,7 +161,7 @@ class KubernetesSource:
         except ResourceNotFound:
             raise KubernetesRejected(
                 f"the API server does not serve {RUNS}.{GROUP}/{VERSION}: is the CRD "
-                "installed? (kubectl apply -f charts/plnt/crds/)"
+                "installed? (kubectl apply -f crds/)"
             ) from None
         return list(listed.get("items") or []), str(listed["metadata"]["resourceVersion"])
 
