@@ -489,11 +489,92 @@ class LlmEndpoint(_Model):
     )
 
 
+class LabelSelectorRequirement(_Model):
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> "LabelSelectorRequirement":
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(_Model):
+    """A Kubernetes label selector; empty selects everything."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, alias="matchExpressions"
+    )
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
+
+
+class LocalObjectReference(_Model):
+    name: str = Field(min_length=1)
+
+
+class RunnerPod(_Model):
+    """Pod settings merged into every runner a kubernetes backend installs."""
+
+    tolerations: list[Toleration] = Field(default_factory=list)
+    affinity: dict[str, Any] = Field(
+        default_factory=dict, description="A Kubernetes Affinity, passed to the pod as written."
+    )
+    priority_class_name: str | None = Field(default=None, alias="priorityClassName")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list, alias="imagePullSecrets"
+    )
+    service_account_name: str | None = Field(default=None, alias="serviceAccountName")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+DEFAULT_READY_TIMEOUT = "10m"
+"""Long enough for a cold GPU node to join and pull a multi-GB runner image."""
+MAX_READY_TIMEOUT_S = 6 * 3600.0
+
+
 class PlntBackendSpec(_Model):
     type: Literal["local", "kubernetes"]
     kubernetes: KubernetesTarget | None = None
     gpu_classes: dict[str, GpuClass] = Field(default_factory=dict, alias="gpuClasses")
     llm: LlmEndpoint | None = None
+    allowed_namespaces: LabelSelector | None = Field(
+        default=None,
+        alias="allowedNamespaces",
+        description="Namespaces (by label) whose WorkflowRuns may use this backend; absent: all.",
+    )
+    allowed_images: list[str] | None = Field(
+        default=None,
+        alias="allowedImages",
+        description="Image prefixes a workflow's runtime.image must start with; absent: any.",
+    )
+    runner_pod: RunnerPod = Field(default_factory=RunnerPod, alias="runnerPod")
+    ready_timeout: str = Field(
+        default=DEFAULT_READY_TIMEOUT,
+        alias="readyTimeout",
+        description="How long an installed runner may take to answer before the saga fails.",
+    )
+
+    @field_validator("ready_timeout")
+    @classmethod
+    def _ready_timeout_is_a_duration(cls, value: str) -> str:
+        return _check_duration(value, low_s=1.0, high_s=MAX_READY_TIMEOUT_S, bounds="1s and 6h")
+
+    @property
+    def ready_timeout_s(self) -> float:
+        return duration_seconds(self.ready_timeout)
 
     @model_validator(mode="after")
     def _kubernetes_needs_target(self) -> "PlntBackendSpec":

@@ -43,7 +43,24 @@ def _named(name: str) -> dict[str, Any]:
 
 
 # rule -> (self values that pass, self values that fail)
+SELECTOR_VALUES = (
+    "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)"
+)
+
 CASES: dict[str, tuple[list[Any], list[Any]]] = {
+    SELECTOR_VALUES: (
+        [
+            {"key": "team", "operator": "In", "values": ["a"]},
+            {"key": "team", "operator": "NotIn", "values": ["a", "b"]},
+            {"key": "team", "operator": "Exists"},
+            {"key": "team", "operator": "DoesNotExist", "values": []},
+        ],
+        [
+            {"key": "team", "operator": "In"},
+            {"key": "team", "operator": "NotIn", "values": []},
+            {"key": "team", "operator": "Exists", "values": ["a"]},
+        ],
+    ),
     NAME_40: (
         [_named("review-responder"), _named("a" * 40), _named("a")],
         [_named("a" * 41), _named("review-responder-for-the-whole-brand-portfolio")],

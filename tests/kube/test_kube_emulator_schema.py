@@ -153,8 +153,10 @@ def test_golden_example_run_is_admitted_with_its_cases_and_defaults(runs: CrdSch
     )
 
 
-def test_example_backend_is_admitted_unchanged(backends: CrdSchema) -> None:
-    assert admit(backends, backend()) == (backend(), [])
+def test_example_backend_is_admitted_with_the_ready_timeout_default(backends: CrdSchema) -> None:
+    expected = backend()
+    expected["spec"]["readyTimeout"] = "10m"
+    assert admit(backends, backend()) == (expected, [])
 
 
 def test_progressive_run_is_admitted_with_nested_defaults(runs: CrdSchema) -> None:
