@@ -279,3 +279,84 @@ def settings_env_names(settings_class: type[BaseSettings]) -> dict[str, str]:
         else:
             names[f"{prefix}{field_name}".upper()] = field_name
     return names
+
+
+# ---- production values, selectors, Gateway API ---------------------------------------------
+
+# The least a plnt install needs with the chart's defaults: router.auth is keys, and the
+# chart refuses to render keys without the Secret holding them.
+ROUTER_KEYS: dict[str, Any] = {"router": {"apiKeysSecret": {"name": "router-api-keys"}}}
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` merged in as Helm merges values (maps recursively)."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def with_router_keys(values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``values`` plus a router keys Secret (values that name their own win)."""
+    return deep_merge(ROUTER_KEYS, values or {})
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a Kubernetes label selector (matchLabels, matchExpressions) selects
+    ``labels``, as the API server evaluates it: an empty selector selects everything."""
+    selector = selector or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values") or []
+        verdict = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[operator]
+        if not verdict:
+            return False
+    return True
+
+
+def peer_selects(
+    peer: Mapping[str, Any],
+    pod_labels: Mapping[str, str],
+    pod_namespace: str,
+    policy_namespace: str,
+    namespace_labels: Mapping[str, str] | None = None,
+) -> bool:
+    """Whether a NetworkPolicy peer (podSelector and/or namespaceSelector; ipBlock never
+    selects pods) selects a pod of ``pod_namespace``. Namespaces carry the label
+    kubernetes.io/metadata.name as the API server sets it."""
+    if "ipBlock" in peer:
+        return False
+    ns_labels = {"kubernetes.io/metadata.name": pod_namespace, **(namespace_labels or {})}
+    if "namespaceSelector" in peer:
+        if not selector_matches(peer["namespaceSelector"], ns_labels):
+            return False
+    elif pod_namespace != policy_namespace:
+        return False
+    return selector_matches(peer.get("podSelector"), pod_labels)
+
+
+def validate_httproute(doc: dict[str, Any]) -> None:
+    """Raise unless ``doc`` is an HTTPRoute as gateway.networking.k8s.io/v1 defines the
+    fields the plnt chart writes (kubernetes-validate has no Gateway API schemas)."""
+    jsonschema.Draft7Validator(
+        json.loads((SCHEMAS_DIR / "httproute-gateway-v1.json").read_text())
+    ).validate(doc)
+
+
+def validate_any(doc: dict[str, Any]) -> None:
+    """``validate_manifest``, and Gateway API HTTPRoutes against their schema."""
+    if doc.get("apiVersion", "").startswith("gateway.networking.k8s.io/"):
+        validate_httproute(doc)
+        return
+    validate_manifest(doc)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plnt_chart_kit import PLNT_CHART, container_env, one, render, select
+from plnt_chart_kit import PLNT_CHART, container_env, one, render, select, with_router_keys
 
 NAMESPACE = "plnt-system"
 SERVICES = ("watcher", "puller", "installer", "smoke", "promoter", "router")
@@ -25,7 +25,7 @@ def nats_values_given(tmp_path: Path, values: dict[str, Any]) -> dict[str, Any]:
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: nats-values\n"
         "data:\n  values: {{ toJson .Values | quote }}\n"
     )
-    docs = render(chart, values, namespace=NAMESPACE)
+    docs = render(chart, with_router_keys(values), namespace=NAMESPACE)
     given: dict[str, Any] = json.loads(one(docs, "ConfigMap", "nats-values")["data"]["values"])
     return given
 
@@ -67,7 +67,7 @@ def test_the_nats_nodes_are_spread_one_per_kubernetes_node(tmp_path: Path) -> No
 def test_every_service_keeps_the_replica_count_of_the_values(
     values: dict[str, Any], replicas: str
 ) -> None:
-    docs = render(PLNT_CHART, values, namespace=NAMESPACE)
+    docs = render(PLNT_CHART, with_router_keys(values), namespace=NAMESPACE)
     for service in SERVICES:
         assert service_env(docs, service)["PLNT_NATS_REPLICAS"] == replicas, service
 

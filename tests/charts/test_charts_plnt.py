@@ -19,6 +19,7 @@ from plnt_chart_kit import (
     select,
     settings_env_names,
     validate_manifest,
+    with_router_keys,
 )
 from pydantic_settings import BaseSettings
 
@@ -40,6 +41,29 @@ SETTINGS: dict[str, type[BaseSettings]] = {
 }
 # Variables the chart sets that are not plnt settings, per service.
 OTHER_ENV = {"installer": {"HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"}}
+# DESIGN section 15's names, read by every service (NATS) and the router (auth), set only
+# when configured (one NATS auth mode at a time), whether or not a settings class has them
+# yet: tests/charts/test_charts_production.py checks each mode.
+CONTRACT_ENV = {
+    "PLNT_NATS_CREDS",
+    "PLNT_NATS_USER",
+    "PLNT_NATS_PASSWORD",
+    "PLNT_NATS_TOKEN",
+    "PLNT_NATS_TLS_CA",
+    "PLNT_NATS_TLS_CERT",
+    "PLNT_NATS_TLS_KEY",
+    "PLNT_ROUTER_AUTH",
+}
+# Their settings fields (on CommonSettings), from Secrets and mounted files, never values.
+CONTRACT_FIELDS = {
+    "nats_creds",
+    "nats_user",
+    "nats_password",
+    "nats_token",
+    "nats_tls_ca",
+    "nats_tls_cert",
+    "nats_tls_key",
+}
 # Where the chart's default deliberately differs from the service's own default.
 CHART_DEFAULTS: dict[tuple[str, str], Any] = {
     ("watcher", "source"): "kubernetes",  # the CRDs, not the embedded store
@@ -48,7 +72,9 @@ CHART_DEFAULTS: dict[tuple[str, str], Any] = {
     ("installer", "runnerChart"): "/opt/plnt/charts/plnt-runner",  # where the image puts it
     ("puller", "backends"): "kubernetes",  # PlntBackends from the CRD, not the embedded store
     ("installer", "backends"): "kubernetes",  # likewise
-    **{(s, "metricsPort"): 9090 for s in ("watcher", "puller", "installer", "smoke", "promoter")},
+    ("router", "auth"): "keys",  # a shared cluster: calls need a key (`plnt up`: none)
+    # every service has a metrics port: its probes' /healthz and /readyz are served there
+    **{(s, "metricsPort"): 9090 for s in SETTINGS},
 }
 # Read by every service without a service prefix; set from top-level values.
 UNPREFIXED = {
@@ -74,12 +100,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "nats-external-url": {"externalNatsUrl": EXTERNAL_NATS},
     "overrides": {
         "logLevel": "debug",
-        "retention": {
-            "eventsMaxAge": "90d",
-            "eventsMaxBytes": "8GiB",
-            "bucketsMaxBytes": "1GiB",
-            "sagasMaxAge": "90d",
-        },
+        "events": {"maxAge": "90d", "maxBytes": "8GiB"},
+        "buckets": {"maxBytes": "1GiB"},
+        "sagas": {"maxAge": "90d"},
         "routerPublicUrl": "https://agents.example.com/",
         "watcher": {"replicaCount": 2, "deadlinePullingS": 90},
         "puller": {
@@ -103,6 +126,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "router": {
             "replicaCount": 4,
             "port": 9090,
+            "metricsPort": 9091,
             "service": {"port": 80},
             "apiKeysSecret": {"name": "router-api-keys"},
             "maxInFlight": 512,
@@ -114,7 +138,10 @@ SERVICES = list(SETTINGS)
 
 
 def _render(values: dict[str, Any], release: str = "plnt", **kwargs: Any) -> list[dict[str, Any]]:
-    return render(PLNT_CHART, values, release=release, namespace=NAMESPACE, **kwargs)
+    # router.auth defaults to keys, which needs the keys Secret.
+    return render(
+        PLNT_CHART, with_router_keys(values), release=release, namespace=NAMESPACE, **kwargs
+    )
 
 
 def _deployment(docs: list[dict[str, Any]], service: str) -> dict[str, Any]:
@@ -175,14 +202,14 @@ def test_every_env_var_maps_onto_a_field_of_the_service_settings(
 ) -> None:
     env = container_env(_deployment(_render(SCENARIOS[scenario]), service))
     known = settings_env_names(SETTINGS[service])
-    unknown = sorted(set(env) - set(known) - OTHER_ENV.get(service, set()))
+    unknown = sorted(set(env) - set(known) - OTHER_ENV.get(service, set()) - CONTRACT_ENV)
     assert unknown == [], f"{service} does not read {unknown}"
 
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_every_setting_of_a_service_can_be_set_from_values(service: str) -> None:
     env = container_env(_deployment(_render(SCENARIOS["overrides"]), service))
-    missing = sorted(set(settings_env_names(SETTINGS[service])) - set(env))
+    missing = sorted(set(settings_env_names(SETTINGS[service])) - set(env) - CONTRACT_ENV)
     assert missing == [], f"{service} settings the chart cannot set: {missing}"
 
 
@@ -233,7 +260,7 @@ def test_chart_defaults_are_the_service_defaults(service: str) -> None:
     settings_class = SETTINGS[service]
     assert set(CommonSettings.model_fields) >= UNPREFIXED
     for field_name, field in settings_class.model_fields.items():
-        if field_name in UNPREFIXED or field_name == "api_keys":  # api_keys: from a Secret
+        if field_name in UNPREFIXED | CONTRACT_FIELDS or field_name == "api_keys":  # Secrets
             continue
         key = _camel(field_name)
         assert key in values, f"{service}.{key} is missing from values.yaml"
@@ -262,9 +289,12 @@ def test_router_is_reachable_through_its_service_with_probes() -> None:
     docs = _render(SCENARIOS["overrides"])
     router = _deployment(docs, "router")
     container = router["spec"]["template"]["spec"]["containers"][0]
-    assert container["ports"] == [{"name": "http", "containerPort": 9090, "protocol": "TCP"}]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 9090, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9091, "protocol": "TCP"},
+    ]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     service = one(docs, "Service")
     assert service["metadata"]["name"] == "plnt-router"
     assert service["spec"]["ports"] == [
@@ -278,7 +308,7 @@ def test_router_is_reachable_through_its_service_with_probes() -> None:
     assert env["PLNT_ROUTER_API_KEYS"] == {
         "secretKeyRef": {"name": "router-api-keys", "key": "api-keys.json"}
     }
-    pdb = one(docs, "PodDisruptionBudget")
+    pdb = one(docs, "PodDisruptionBudget", "plnt-router")
     assert pdb["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
 
 
@@ -313,7 +343,7 @@ def test_watching_one_namespace_needs_only_a_role_there() -> None:
 def test_prometheus_scrapes_every_service(service: str) -> None:
     deployment = _deployment(_render({}), service)
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    port = "8080" if service == "router" else "9090"
+    port = "9090"  # the router's too: /metrics is off its public port
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == port
     assert annotations["prometheus.io/path"] == "/metrics"
@@ -321,8 +351,7 @@ def test_prometheus_scrapes_every_service(service: str) -> None:
         p["containerPort"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
     }
     assert int(port) in ports
-    if service != "router":
-        assert container_env(deployment)[f"PLNT_{service.upper()}_METRICS_PORT"] == "9090"
+    assert container_env(deployment)[f"PLNT_{service.upper()}_METRICS_PORT"] == "9090"
 
 
 def test_router_public_url_defaults_to_the_router_service() -> None:
@@ -392,7 +421,9 @@ def test_with_the_nats_dependency_services_use_its_client_service(
     stub = chart / "charts" / "nats"
     stub.mkdir(parents=True)
     (stub / "Chart.yaml").write_text("apiVersion: v2\nname: nats\nversion: 1.3.0\n")
-    docs = render(chart, {"nats": {"enabled": True}}, release=release, namespace=NAMESPACE)
+    docs = render(
+        chart, with_router_keys({"nats": {"enabled": True}}), release=release, namespace=NAMESPACE
+    )
     url = f"nats://{nats_service}.{NAMESPACE}.svc.cluster.local:4222"
     for service in SERVICES:
         assert container_env(_deployment(docs, service))["PLNT_NATS_URL"] == url

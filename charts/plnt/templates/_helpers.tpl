@@ -138,13 +138,13 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   value: {{ $root.Values.natsPingInterval | quote }}
 - name: PLNT_NATS_MAX_OUTSTANDING_PINGS
   value: {{ $root.Values.natsMaxOutstandingPings | quote }}
-{{- range $key, $variable := dict "eventsMaxAge" "PLNT_EVENTS_MAX_AGE" "eventsMaxBytes" "PLNT_EVENTS_MAX_BYTES" "bucketsMaxBytes" "PLNT_BUCKETS_MAX_BYTES" "sagasMaxAge" "PLNT_SAGAS_MAX_AGE" }}
-{{- $value := index ($root.Values.retention | default dict) $key }}
+{{- range $variable, $value := include "plnt.retention" $root | fromJson }}
 {{- if not (kindIs "invalid" $value) }}
 - name: {{ $variable }}
   value: {{ include "plnt.envValue" $value | quote }}
 {{- end }}
 {{- end }}
+{{- include "plnt.natsAuthEnv" $root }}
 - name: PLNT_LOG_LEVEL
   value: {{ $root.Values.logLevel | quote }}
 - name: PLNT_LOG_FORMAT
@@ -162,4 +162,212 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   value: {{ include "plnt.envValue" $value | quote }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+Retention env of every service (each provisions the streams and buckets): variable ->
+value, null for "not passed". events.maxAge, events.maxBytes, buckets.maxBytes and
+sagas.maxAge; the older retention.* keys still win when set.
+*/}}
+{{- define "plnt.retention" -}}
+{{- $old := .Values.retention | default dict }}
+{{- $events := .Values.events | default dict }}
+{{- $buckets := .Values.buckets | default dict }}
+{{- $sagas := .Values.sagas | default dict }}
+{{- $out := dict }}
+{{- range $variable, $pair := dict "PLNT_EVENTS_MAX_AGE" (list $old.eventsMaxAge $events.maxAge) "PLNT_EVENTS_MAX_BYTES" (list $old.eventsMaxBytes $events.maxBytes) "PLNT_BUCKETS_MAX_BYTES" (list $old.bucketsMaxBytes $buckets.maxBytes) "PLNT_SAGAS_MAX_AGE" (list $old.sagasMaxAge $sagas.maxAge) }}
+{{- $value := index $pair 0 }}
+{{- if kindIs "invalid" $value }}{{ $value = index $pair 1 }}{{ end }}
+{{- $_ := set $out $variable $value }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+The NATS client auth of one mode, or "" (nats.auth: existingSecret with userKey +
+passwordKey, tokenKey or credsKey). A half configuration fails with one line.
+*/}}
+{{- define "plnt.natsAuthMode" -}}
+{{- $auth := .Values.nats.auth | default dict }}
+{{- $modes := list }}
+{{- if or $auth.userKey $auth.passwordKey }}
+{{- if not (and $auth.userKey $auth.passwordKey) }}
+{{- fail "nats.auth: userKey and passwordKey go together: set both, or use tokenKey or credsKey" }}
+{{- end }}
+{{- $modes = append $modes "userPassword" }}
+{{- end }}
+{{- if $auth.tokenKey }}{{ $modes = append $modes "token" }}{{ end }}
+{{- if $auth.credsKey }}{{ $modes = append $modes "creds" }}{{ end }}
+{{- if gt (len $modes) 1 }}
+{{- fail (printf "nats.auth: set one of userKey+passwordKey, tokenKey or credsKey, not %s" (join " and " $modes)) }}
+{{- end }}
+{{- if and $modes (not $auth.existingSecret) }}
+{{- fail "nats.auth: existingSecret (the Secret holding the NATS credentials) is required with userKey, tokenKey or credsKey" }}
+{{- end }}
+{{- if and $auth.existingSecret (not $modes) }}
+{{- fail "nats.auth.existingSecret is set but names no key: set userKey+passwordKey, tokenKey or credsKey" }}
+{{- end }}
+{{- join "" $modes }}
+{{- end }}
+
+{{/* Whether the services talk TLS to NATS ("true" or ""); a half configuration fails. */}}
+{{- define "plnt.natsTls" -}}
+{{- $tls := .Values.nats.tls | default dict }}
+{{- if $tls.enabled }}
+{{- if not $tls.existingSecret }}
+{{- fail "nats.tls.enabled is true but nats.tls.existingSecret is empty: name the Secret holding ca.crt (and tls.crt/tls.key for client certificates)" }}
+{{- end }}
+{{- if not (eq (empty $tls.certKey) (empty $tls.keyKey)) }}
+{{- fail "nats.tls: certKey and keyKey go together (a client certificate needs its key): set both or neither" }}
+{{- end }}
+{{- print "true" }}
+{{- end }}
+{{- end }}
+
+{{- define "plnt.natsCredsDir" -}}/etc/plnt/nats/creds{{- end }}
+{{- define "plnt.natsTlsDir" -}}/etc/plnt/nats/tls{{- end }}
+
+{{/* The NATS auth and TLS env entries (DESIGN section 15 names) of every service. */}}
+{{- define "plnt.natsAuthEnv" -}}
+{{- $auth := .Values.nats.auth | default dict }}
+{{- $mode := include "plnt.natsAuthMode" . }}
+{{- if eq $mode "userPassword" }}
+- name: PLNT_NATS_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ $auth.existingSecret | quote }}
+      key: {{ $auth.userKey | quote }}
+- name: PLNT_NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $auth.existingSecret | quote }}
+      key: {{ $auth.passwordKey | quote }}
+{{- else if eq $mode "token" }}
+- name: PLNT_NATS_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ $auth.existingSecret | quote }}
+      key: {{ $auth.tokenKey | quote }}
+{{- else if eq $mode "creds" }}
+- name: PLNT_NATS_CREDS
+  value: {{ printf "%s/nats.creds" (include "plnt.natsCredsDir" .) | quote }}
+{{- end }}
+{{- if include "plnt.natsTls" . }}
+{{- $tls := .Values.nats.tls }}
+- name: PLNT_NATS_TLS_CA
+  value: {{ printf "%s/ca.crt" (include "plnt.natsTlsDir" .) | quote }}
+{{- if $tls.certKey }}
+- name: PLNT_NATS_TLS_CERT
+  value: {{ printf "%s/tls.crt" (include "plnt.natsTlsDir" .) | quote }}
+- name: PLNT_NATS_TLS_KEY
+  value: {{ printf "%s/tls.key" (include "plnt.natsTlsDir" .) | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Volume mounts (first) and volumes (second) for the NATS creds and TLS files, as JSON
+lists. Secrets are mounted read-only with mode 0440 (the pods' fsGroup reads them). */}}
+{{- define "plnt.natsVolumes" -}}
+{{- $mounts := list }}
+{{- $volumes := list }}
+{{- if eq (include "plnt.natsAuthMode" .) "creds" }}
+{{- $auth := .Values.nats.auth }}
+{{- $mounts = append $mounts (dict "name" "nats-creds" "mountPath" (include "plnt.natsCredsDir" .) "readOnly" true) }}
+{{- $volumes = append $volumes (dict "name" "nats-creds" "secret" (dict "secretName" $auth.existingSecret "defaultMode" 288 "items" (list (dict "key" $auth.credsKey "path" "nats.creds")))) }}
+{{- end }}
+{{- if include "plnt.natsTls" . }}
+{{- $tls := .Values.nats.tls }}
+{{- $items := list (dict "key" $tls.caKey "path" "ca.crt") }}
+{{- if $tls.certKey }}
+{{- $items = append $items (dict "key" $tls.certKey "path" "tls.crt") }}
+{{- $items = append $items (dict "key" $tls.keyKey "path" "tls.key") }}
+{{- end }}
+{{- $mounts = append $mounts (dict "name" "nats-tls" "mountPath" (include "plnt.natsTlsDir" .) "readOnly" true) }}
+{{- $volumes = append $volumes (dict "name" "nats-tls" "secret" (dict "secretName" $tls.existingSecret "defaultMode" 288 "items" $items)) }}
+{{- end }}
+{{- toJson (list $mounts $volumes) }}
+{{- end }}
+
+{{/* The router's PLNT_ROUTER_AUTH: keys needs the keys Secret, or the chart refuses. */}}
+{{- define "plnt.routerAuth" -}}
+{{- $router := .Values.router }}
+{{- if and (eq $router.auth "keys") (not $router.apiKeysSecret.name) }}
+{{- fail "router.auth is keys but router.apiKeysSecret.name is empty: create a Secret with the namespace -> API key JSON map and set router.apiKeysSecret.name, or set router.auth=none to leave the router open" }}
+{{- end }}
+{{- $router.auth }}
+{{- end }}
+
+{{/* The metrics port of a service (also its probes' port); every service has one. */}}
+{{- define "plnt.metricsPort" -}}
+{{- $values := index .root.Values .service }}
+{{- $port := int ($values.metricsPort | default 0) }}
+{{- if le $port 0 }}
+{{- fail (printf "%s.metricsPort must be a port (1-65535): the probes /healthz and /readyz are served there" .service) }}
+{{- end }}
+{{- if and (eq .service "router") (eq $port (int $values.port)) }}
+{{- fail "router.metricsPort must differ from router.port: /metrics stays off the public port" }}
+{{- end }}
+{{- $port }}
+{{- end }}
+
+{{/* [{ipBlock: {cidr}}] of a list of CIDRs, as JSON. */}}
+{{- define "plnt.cidrPeers" -}}
+{{- $peers := list }}
+{{- range . }}{{ $peers = append $peers (dict "ipBlock" (dict "cidr" .)) }}{{ end }}
+{{- toJson $peers }}
+{{- end }}
+
+{{/* [{protocol: TCP, port}] of a list of ports, as JSON. */}}
+{{- define "plnt.tcpPorts" -}}
+{{- $ports := list }}
+{{- range . }}{{ $ports = append $ports (dict "protocol" "TCP" "port" (int .)) }}{{ end }}
+{{- toJson $ports }}
+{{- end }}
+
+{{/*
+The NATS pods as NetworkPolicy peers (JSON): networkPolicy.nats.to when given; else the
+NATS chart's pods of this release (nats.enabled); else, per externalNatsUrl server, the
+namespace of its in-cluster name (<service>, <service>.<namespace>[.svc...]) with
+networkPolicy.nats.podSelector. A server outside the cluster needs networkPolicy.nats.to.
+*/}}
+{{- define "plnt.natsPeers" -}}
+{{- $nats := .Values.networkPolicy.nats }}
+{{- $peers := list }}
+{{- if $nats.to }}
+{{- $peers = $nats.to }}
+{{- else if .Values.nats.enabled }}
+{{- $selector := $nats.podSelector | default (dict "matchLabels" (dict "app.kubernetes.io/name" "nats" "app.kubernetes.io/instance" .Release.Name)) }}
+{{- $peers = list (dict "podSelector" $selector) }}
+{{- else }}
+{{- $namespaces := list }}
+{{- range $server := splitList "," .Values.externalNatsUrl }}
+{{- $host := regexReplaceAll "^[a-z]+://([^@/]*@)?([^:/]+).*$" (trim $server) "${2}" }}
+{{- $parts := splitList "." $host }}
+{{- $namespace := "" }}
+{{- if eq (len $parts) 1 }}
+{{- $namespace = $.Release.Namespace }}
+{{- else if or (eq (len $parts) 2) (eq (index $parts 2) "svc") }}
+{{- $namespace = index $parts 1 }}
+{{- else }}
+{{- fail (printf "networkPolicy: cannot tell which pods serve NATS at %s (not an in-cluster Service name): set networkPolicy.nats.to to its peers (e.g. an ipBlock), or networkPolicy.enabled=false" $host) }}
+{{- end }}
+{{- $namespaces = append $namespaces $namespace | uniq }}
+{{- end }}
+{{- range $namespace := $namespaces }}
+{{- $peers = append $peers (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" $namespace)) "podSelector" ($nats.podSelector | default dict)) }}
+{{- end }}
+{{- end }}
+{{- toJson $peers }}
+{{- end }}
+
+{{/*
+The runner pods as peers (JSON): plnt-runner's pods (part-of plnt, component runner) in
+the namespaces the installer installs into (installer.targetNamespaces, else the release
+namespace), or networkPolicy.runners.namespaceSelector when set.
+*/}}
+{{- define "plnt.runnerPeers" -}}
+{{- $runners := .Values.networkPolicy.runners }}
+{{- $namespaces := .Values.installer.targetNamespaces | default (list .Release.Namespace) }}
+{{- $namespaceSelector := $runners.namespaceSelector | default (dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" $namespaces))) }}
+{{- toJson (list (dict "namespaceSelector" $namespaceSelector "podSelector" $runners.podSelector)) }}
 {{- end }}
