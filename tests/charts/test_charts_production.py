@@ -611,8 +611,11 @@ POD_FIELDS: dict[str, Any] = {
     "nodeSelector": {"pool": "cp"},
     "podAnnotations": {"team": "platform"},
     "podLabels": {"cost-center": "ml"},
-    "securityContext": {"runAsUser": 20002},
-    "podSecurityContext": {"fsGroupChangePolicy": "OnRootMismatch"},
+    "securityContext": {
+        "runAsUser": 20002,
+        "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/plnt.json"},
+    },
+    "podSecurityContext": {"fsGroupChangePolicy": "OnRootMismatch", "runAsUser": 20002},
     "resources": {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
 }
 
@@ -632,10 +635,15 @@ def test_the_schema_accepts_the_usual_pod_fields_and_they_reach_the_pod(service:
     assert template["metadata"]["annotations"]["team"] == "platform"
     assert template["metadata"]["labels"]["cost-center"] == "ml"
     assert container["resources"] == POD_FIELDS["resources"]
-    # merged over the shared contexts: the hardening stays
+    # merged over the shared contexts: the service's keys win, the hardening stays
     assert container["securityContext"]["runAsUser"] == 20002
+    assert (
+        container["securityContext"]["seccompProfile"]
+        == POD_FIELDS["securityContext"]["seccompProfile"]
+    )
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert spec["securityContext"]["runAsUser"] == 20002
     assert spec["securityContext"]["runAsNonRoot"] is True
     for doc in docs:
         validate_any(doc)
@@ -648,6 +656,12 @@ def test_a_shared_priority_class_applies_where_a_service_has_none() -> None:
         for s, d in _deployments(_render(values)).items()
     }
     assert classes == {**dict.fromkeys(SERVICES, "plnt-cp"), "router": "plnt-edge"}
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_typo_in_any_services_pod_fields_is_refused(service: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError, match="priorityClass"):
+        _render({service: {"priorityClass": "plnt-critical"}})
 
 
 @pytest.mark.parametrize(
