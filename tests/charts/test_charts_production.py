@@ -4,7 +4,10 @@ selectors are evaluated against the rendered pods (and the plnt-runner chart's p
 router's auth and its metrics off the public port, Ingress and HTTPRoute, probes on every
 service's metrics port, topology spread and PDBs, and the values schema's pod fields."""
 
+import copy
+import functools
 import ipaddress
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -78,7 +81,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 
 
 def _render(values: dict[str, Any], chart: Path = PLNT_CHART) -> list[dict[str, Any]]:
-    return render(chart, with_router_keys(values), namespace=NAMESPACE)
+    """The chart's objects for ``values`` plus the router's keys Secret; a value set
+    renders once per session (tests only read the objects: each gets its own copy)."""
+    return copy.deepcopy(_rendered(json.dumps(values, sort_keys=True), chart))
+
+
+@functools.cache
+def _rendered(values: str, chart: Path) -> list[dict[str, Any]]:
+    return render(chart, with_router_keys(json.loads(values)), namespace=NAMESPACE)
 
 
 def _deployments(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
