@@ -6,7 +6,6 @@ API through KUBECONFIG (standard resolution); one holds the Lease and watches.
 """
 
 import asyncio
-import itertools
 import json
 import socket
 import time
@@ -175,9 +174,12 @@ async def test_a_run_created_through_the_api_gets_ready_and_its_deletion_cleans_
         for e in emulator.objects(EVENTS, "default")
         if e["involvedObject"]["name"] == "kube-one"
     ]
-    assert reasons[0] == "Pending" and reasons[-1] == "Ready"
-    # One Event per phase change: never the same phase twice in a row.
-    assert all(a != b for a, b in itertools.pairwise(reasons)), reasons
+    # One Event per phase change, in the saga's order, ending Ready. A phase that stood
+    # for less than the watcher's status linger (Pending, on a busy machine) is folded
+    # into the next write and has no Event of its own.
+    order = ["Pending", "Pulling", "Installing", "Smoking", "Promoting", "Ready"]
+    assert reasons and reasons[-1] == "Ready", reasons
+    assert [order.index(r) for r in reasons] == sorted({order.index(r) for r in reasons}), reasons
 
     await asyncio.to_thread(
         objects.delete_namespaced_custom_object, GROUP, VERSION, "default", RUNS, "kube-one"

@@ -512,7 +512,8 @@ def test_plnt_backends_are_cluster_scoped(objects: Objects) -> None:
     created = objects.create_cluster_custom_object(GROUP, VERSION, BACKENDS, body)
     assert "namespace" not in created["metadata"]
     assert objects.get_cluster_custom_object(GROUP, VERSION, BACKENDS, "gpu")["spec"] == {
-        "type": "local"
+        "type": "local",
+        "readyTimeout": "10m",  # the CRD's default
     }
     with pytest.raises(client.ApiException) as raised:
         objects.create_namespaced_custom_object(GROUP, VERSION, "default", BACKENDS, body)
