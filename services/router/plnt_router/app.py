@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from plnt_common import event_loop
+from plnt_common import event_loop, tracing
 from plnt_common.admission import InFlightLimiter
 from plnt_common.bus import connect
 from plnt_common.logs import configure_logging, get_logger
@@ -173,4 +173,5 @@ def main() -> None:
     """Entry point of ``plnt serve router``: settings from the environment, JSON logs."""
     settings = RouterSettings()
     configure_logging(level=settings.log_level, fmt=settings.log_format, service="router")
+    tracing.setup("router")  # OTEL_EXPORTER_OTLP_ENDPOINT unset: nothing installed
     event_loop.run(serve(settings=settings))
