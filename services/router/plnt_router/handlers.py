@@ -6,12 +6,17 @@ Nothing here decides routing or talks to runners directly.
 """
 
 from aiohttp import hdrs, web
+from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
+from plnt_common import tracing
 from plnt_router.logic import DEFAULT_NAMESPACE
 from plnt_router.pipeline import Call, CallPipeline
 from plnt_router.responses import REVISION_HEADER, SSE_CONTENT_TYPE, json_error, json_response
 from plnt_router.table import RouteTable
+
+_TRACER = tracing.tracer("plnt.router")
 
 
 class Handlers:
@@ -27,7 +32,36 @@ class Handlers:
             namespace=request.match_info.get("ns", DEFAULT_NAMESPACE),
             name=request.match_info["name"],
         )
+        if tracing.ENABLED:  # the only tracing cost of a call while tracing is off
+            return await self._traced_invoke(request, call)
         return await self._pipeline.measured(request, call, self._invoke(request, call))
+
+    async def _traced_invoke(self, request: web.Request, call: Call) -> web.StreamResponse:
+        """``invoke`` inside the router's server span: a child of the caller's
+        ``traceparent`` when it sent one; the runner gets this span's, the caller too."""
+        route = request.match_info.route.resource
+        with _TRACER.start_as_current_span(
+            f"{request.method} {route.canonical if route is not None else request.path}",
+            context=tracing.extract(request.headers),
+            kind=SpanKind.SERVER,
+            attributes={
+                "http.request.method": request.method,
+                "url.path": request.path,
+                "plnt.workflow.namespace": call.namespace,
+                "plnt.workflow.name": call.name,
+            },
+        ) as span:
+            call.traceparent = tracing.traceparent(span)
+            response = await self._pipeline.measured(request, call, self._invoke(request, call))
+            status = call.status or response.status
+            span.set_attribute("http.response.status_code", status)
+            if call.revision:
+                span.set_attribute("plnt.revision", call.revision)
+            if status >= 500:
+                span.set_status(StatusCode.ERROR)
+            if not response.prepared:
+                response.headers[tracing.TRACEPARENT] = call.traceparent
+            return response
 
     async def healthz(self, request: web.Request) -> web.Response:
         """200 whenever the process serves HTTP."""
@@ -40,7 +74,13 @@ class Handlers:
         return json_error(503, "not_ready", "the route table has not been loaded from NATS yet")
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """Prometheus text exposition of the default registry."""
+        """Prometheus text exposition of the default registry; OpenMetrics, with the trace
+        ids of sampled calls as exemplars, to a scraper that asks for it."""
+        if openmetrics.CONTENT_TYPE_LATEST.split(";")[0] in request.headers.get(hdrs.ACCEPT, ""):
+            return web.Response(
+                body=openmetrics.generate_latest(REGISTRY),  # type: ignore[no-untyped-call]
+                headers={hdrs.CONTENT_TYPE: openmetrics.CONTENT_TYPE_LATEST},
+            )
         return web.Response(
             body=generate_latest(REGISTRY), headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST}
         )
@@ -52,6 +92,8 @@ class Handlers:
         body, _ = await steps.read_object(request)
         stream = SSE_CONTENT_TYPE in request.headers.get(hdrs.ACCEPT, "")
         headers = steps.upstream_headers(request, stream=stream)
+        if call.traceparent:  # the runner's span is a child of the router's
+            tracing.inject(headers)
         async with steps.slot():
             reply = await steps.open(call, body=body, headers=headers, stream=stream)
             try:

@@ -24,14 +24,23 @@ class InvocationMetrics:
         self._series: dict[tuple[str, str, int], tuple[Histogram, Counter]] = {}
         self._spend: dict[tuple[str, str], tuple[Counter, Counter, Counter]] = {}
 
-    def observe(self, *, workflow: str, revision: str, status: int, seconds: float) -> None:
+    def observe(
+        self,
+        *,
+        workflow: str,
+        revision: str,
+        status: int,
+        seconds: float,
+        exemplar: dict[str, str] | None = None,
+    ) -> None:
+        """``exemplar``: the call's trace id, shown with the latency in OpenMetrics."""
         key = (workflow, revision, status)
         series = self._series.get(key)
         if series is None:
             labels = {"workflow": workflow, "revision": revision, "status": str(status)}
             series = (INVOCATION_DURATION.labels(**labels), INVOCATIONS.labels(**labels))
             self._series[key] = series
-        series[0].observe(seconds)
+        series[0].observe(seconds, exemplar)
         series[1].inc()
 
     def recorded_calls(self) -> list[tuple[str, str, int, Histogram, Counter]]:

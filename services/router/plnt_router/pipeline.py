@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
+from plnt_common import tracing
 from plnt_common.admission import InFlightLimiter, Saturated
 from plnt_common.logs import get_logger
 from plnt_common.names import MAX_RUN_NAME
@@ -64,6 +65,8 @@ class Call:
     revision: str = ""
     # Overrides the response status in metrics when a stream failed after its status line.
     status: int | None = None
+    # The router span's ``traceparent`` while tracing is on: the answer carries it.
+    traceparent: str = ""
 
     @property
     def key(self) -> str:
@@ -159,6 +162,7 @@ class CallPipeline:
                 revision=call.revision,
                 status=status,
                 seconds=time.perf_counter() - started,
+                exemplar=tracing.exemplar() if call.traceparent else None,
             )
 
     def authorized(self, request: web.Request, namespace: str) -> bool:
@@ -365,6 +369,8 @@ class CallPipeline:
                 REVISION_HEADER: call.revision,
             },
         )
+        if call.traceparent:
+            response.headers[tracing.TRACEPARENT] = call.traceparent
         await response.prepare(request)
         try:
             try:

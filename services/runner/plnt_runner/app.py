@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
 
-from plnt_common import event_loop
+from plnt_common import event_loop, tracing
 from plnt_common.errors import PlntError, SpecInvalid
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.workflow import parse_workflow, spec_digest
@@ -35,6 +35,7 @@ from plnt_runner.ports import LLMProvider
 from plnt_runner.settings import RunnerSettings
 from plnt_runner.state import RunnerState
 from plnt_runner.tools import Tool, build_tools
+from plnt_runner.traced_llm import TracedLLM
 
 log = get_logger("plnt.runner")
 CUT_AFTER_DRAIN_S = 0.5
@@ -89,6 +90,13 @@ def _runtime(
         connector = aiohttp.TCPConnector(limit=max(100, 4 * settings.max_in_flight))
         async with aiohttp.ClientSession(connector=connector) as session:
             llm = provider or _provider_from(settings, session)
+            if tracing.ENABLED:  # a span per LLM call; untraced, the provider is called bare
+                llm = TracedLLM(
+                    llm,
+                    default_model=settings.llm_model,
+                    input_price_per_mtok_usd=settings.llm_input_price_per_mtok_usd,
+                    output_price_per_mtok_usd=settings.llm_output_price_per_mtok_usd,
+                )
             poster = AiohttpPoster(session=session, timeout_s=settings.step_timeout_s)
             state.executor = Executor(
                 workflow=state.workflow,
@@ -248,6 +256,7 @@ def serve(settings: RunnerSettings | None = None) -> None:
             raise SystemExit(2) from None
     configure_logging(level=settings.log_level, fmt=settings.log_format, service="runner")
     try:
+        tracing.setup("runner")  # OTEL_EXPORTER_OTLP_ENDPOINT unset: nothing installed
         event_loop.run(serve_app(settings))
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
         raise SystemExit(130) from None

@@ -19,7 +19,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
+from opentelemetry.trace import StatusCode
 
+from plnt_common import tracing
 from plnt_common.errors import PlntError, SpecInvalid
 from plnt_common.logs import get_logger
 from plnt_common.metrics import STEP_DURATION
@@ -30,6 +32,7 @@ from plnt_runner.tools import Tool, ToolContext, json_path
 from plnt_runner.usage import TokenUsage
 
 log = get_logger("plnt.runner.executor")
+_TRACER = tracing.tracer("plnt.runner.executor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +213,35 @@ class _Run:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _step(self, step_id: str) -> StepFinished:
+        if tracing.ENABLED:
+            return await self._traced_step(step_id)
+        return await self._run_step(step_id)
+
+    async def _traced_step(self, step_id: str) -> StepFinished:
+        """``_run_step`` in a span ``step <id>``, a child of the runner's (the task copied
+        its context); an LLM call of the step is the span's child."""
+        tool = self.ex._plans[step_id].step.tool
+        # Status and exception are set here: a sibling's cancellation is not this step's error.
+        with _TRACER.start_as_current_span(
+            f"step {step_id}",
+            attributes={"plnt.step.id": step_id, "plnt.step.tool": tool},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                finished = await self._run_step(step_id)
+            except StepFailed as exc:
+                span.set_attribute("error.type", exc.reason)
+                span.record_exception(exc.__cause__ or exc)
+                span.set_status(StatusCode.ERROR, exc.cause)
+                raise
+            except asyncio.CancelledError:
+                span.set_attribute("plnt.step.cancelled", True)
+                raise
+            span.set_attribute("plnt.step.cache_hit", finished.cached)
+            return finished
+
+    async def _run_step(self, step_id: str) -> StepFinished:
         plan = self.ex._plans[step_id]
         step = plan.step
         step_input = {

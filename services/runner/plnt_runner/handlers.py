@@ -11,8 +11,11 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
+from plnt_common import tracing
 from plnt_common.admission import Saturated
 from plnt_common.logs import get_logger
 from plnt_runner.errors import StepFailed
@@ -36,6 +39,9 @@ RETRY_AFTER_S = 1
 """Retry-After on 429: invocations take about a second, so a slot frees up within one."""
 
 log = get_logger("plnt.runner.http")
+_TRACER = tracing.tracer("plnt.runner")
+_TRACEPARENT = web.RequestKey("plnt_traceparent", str)
+"""The ``traceparent`` the answer carries (set before an SSE answer starts)."""
 
 
 class Calls:
@@ -86,6 +92,46 @@ async def track_calls(request: web.Request, handler: Handler) -> web.StreamRespo
 
 
 async def invoke(request: web.Request) -> web.StreamResponse:
+    """``POST /invoke``. Continues the ``traceparent`` it is sent (runner contract): the
+    answer's names the same trace and this runner's span, or a fresh span id while
+    tracing is off."""
+    if tracing.ENABLED:
+        return await _traced_invoke(request)
+    incoming = request.headers.get(tracing.TRACEPARENT)
+    if incoming is not None:
+        continued = tracing.continued_traceparent(incoming)
+        if continued is not None:
+            request[_TRACEPARENT] = continued
+    response = await _invoke(request)
+    if incoming is not None and not response.prepared and _TRACEPARENT in request:
+        response.headers[tracing.TRACEPARENT] = request[_TRACEPARENT]
+    return response
+
+
+async def _traced_invoke(request: web.Request) -> web.StreamResponse:
+    """``_invoke`` in the runner's server span, a child of the caller's ``traceparent``."""
+    with _TRACER.start_as_current_span(
+        "POST /invoke",
+        context=tracing.extract(request.headers),
+        kind=SpanKind.SERVER,
+        attributes={
+            "http.request.method": "POST",
+            "url.path": "/invoke",
+            "plnt.workflow.name": request.app[STATE].name,
+            "plnt.revision": request.app[STATE].settings.revision,
+        },
+    ) as span:
+        request[_TRACEPARENT] = tracing.traceparent(span)
+        response = await _invoke(request)
+        span.set_attribute("http.response.status_code", response.status)
+        if response.status >= 500:
+            span.set_status(StatusCode.ERROR)
+        if not response.prepared:
+            response.headers[tracing.TRACEPARENT] = request[_TRACEPARENT]
+        return response
+
+
+async def _invoke(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     executor = state.executor
     if executor is None:
@@ -160,6 +206,8 @@ async def _invoke_sse(
             "X-Accel-Buffering": "no",  # tell proxies such as nginx not to buffer events
         }
     )
+    if _TRACEPARENT in request:
+        response.headers[tracing.TRACEPARENT] = request[_TRACEPARENT]
     await response.prepare(request)
     # The executor calls back synchronously; a queue lets this task write at its own pace.
     events: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -221,6 +269,12 @@ async def metrics(request: web.Request) -> web.Response:
     gpu = request.app[STATE].gpu
     if gpu is not None:
         gpu.sample()  # sampled on scrape: as fresh as the scraper wants, no background task
+    if openmetrics.CONTENT_TYPE_LATEST.split(";")[0] in request.headers.get("Accept", ""):
+        # OpenMetrics carries the exemplars: the trace ids of sampled invocations.
+        return web.Response(
+            body=openmetrics.generate_latest(REGISTRY),  # type: ignore[no-untyped-call]
+            headers={"Content-Type": openmetrics.CONTENT_TYPE_LATEST},
+        )
     return web.Response(
         body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )

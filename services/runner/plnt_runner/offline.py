@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from plnt_common import tracing
 from plnt_runner import heuristics
 from plnt_runner.ports import DEFAULT_OPTIONS, CallOptions, Message
 from plnt_runner.usage import TokenUsage
@@ -51,6 +52,7 @@ class OfflineProvider:
         usage: TokenUsage,
         options: CallOptions = DEFAULT_OPTIONS,
     ) -> str:
+        tracing.annotate({"gen_ai.response.model": self.name})  # no model answers here
         return _answer_counted(messages, usage, options)
 
     async def stream(

@@ -6,6 +6,7 @@ need the HTTP client session, which needs the running loop) and read by the hand
 
 from dataclasses import dataclass
 
+from plnt_common import tracing
 from plnt_common.metrics import INVOCATION_DURATION, INVOCATIONS, LLM_COST, LLM_TOKENS
 from plnt_common.workflow import Workflow
 from plnt_runner.adapters.nvml import GpuProbe
@@ -37,7 +38,8 @@ class RunnerState:
         labels = (self.name, self.settings.revision, status)
         INVOCATIONS.labels(*labels).inc()
         if seconds is not None:
-            INVOCATION_DURATION.labels(*labels).observe(seconds)
+            exemplar = tracing.exemplar() if tracing.ENABLED else None
+            INVOCATION_DURATION.labels(*labels).observe(seconds, exemplar)
 
     def record_spend(self, usage: TokenUsage) -> float:
         """Count one invocation's tokens and cost (``plnt_llm_*``); returns the cost in USD."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from plnt_common import tracing
 from plnt_runner.errors import LLMUnavailable
 from plnt_runner.ports import DEFAULT_OPTIONS, CallOptions, Message
 from plnt_runner.usage import TokenUsage
@@ -97,6 +98,8 @@ class OpenAIChatProvider:
                 f"LLM endpoint {self._url} answered without choices[0].message.content"
             ) from None
         text = content if isinstance(content, str) else ""
+        if tracing.ENABLED and isinstance(body.get("model"), str):
+            tracing.annotate({"gen_ai.response.model": body["model"]})
         _add_usage(usage, reported=body.get("usage"), messages=messages, text=text)
         return text
 
