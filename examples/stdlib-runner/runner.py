@@ -1,5 +1,6 @@
 """A runner written with Python's standard library only, meeting the runner contract v1
-(docs/runner-contract.md): it echoes each invoke body back as its output.
+(docs/runner-contract.md): it echoes each invoke body back as its output, and answers in
+the trace of the ``traceparent`` it is sent.
 
     PLNT_RUNNER_WORKFLOW_FILE=workflow.yaml PLNT_RUNNER_PORT=8181 python runner.py
     plnt runner check --run "python runner.py" --workflow workflow.yaml
@@ -42,6 +43,18 @@ def metrics():
     return "\n".join(lines) + "\n"
 
 
+TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-[0-9a-f]{16}-([0-9a-f]{2})")
+
+
+def continued(traceparent):
+    """The caller's trace, with a span id of this runner's own (contract clause 8)."""
+    match = TRACEPARENT.fullmatch((traceparent or "").strip())
+    if match is None:
+        return {}
+    trace_id, flags = match.groups()
+    return {"traceparent": f"00-{trace_id}-{os.urandom(8).hex()}-{flags}"}
+
+
 def sse(event, data):
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -59,6 +72,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         started = time.perf_counter()
+        self.trace = continued(self.headers.get("traceparent"))
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             body = json.loads(raw)
@@ -81,7 +95,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def answer(self, status, data, content_type, headers=None):
         self.send_response(status)
-        for name, value in {"Content-Type": content_type, **(headers or {})}.items():
+        headers = {"Content-Type": content_type, **getattr(self, "trace", {}), **(headers or {})}
+        for name, value in headers.items():
             self.send_header(name, value)
         self.send_header("x-plnt-revision", REVISION)
         self.send_header("Content-Length", str(len(data)))

@@ -24,6 +24,10 @@ BREAKS: dict[str, tuple[str, str]] = {
         'sse("result", result)',
         'sse("done", result)',
     ),
+    "new-trace": (  # answers in a trace of its own instead of the caller's
+        'return {"traceparent": f"00-{trace_id}-',
+        'return {"traceparent": f"00-{os.urandom(16).hex()}-',
+    ),
 }
 """Each broken variant: the text of runner.py it replaces, and what replaces it."""
 

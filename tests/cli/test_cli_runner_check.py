@@ -16,14 +16,14 @@ from plnt_testkit.stdlib_runner import RUNNER, WORKFLOW, broken_runner, running
 PYTHON = shlex.quote(sys.executable)
 REPO = Path(__file__).resolve().parents[2]
 REVIEW_RESPONDER = REPO / "examples" / "registry" / "review-responder" / "1.2.0" / "workflow.yaml"
-ALL_HOLD = "runner contract v1: 7 of 7 clauses hold"
+ALL_HOLD = "runner contract v1: 8 of 8 clauses hold"
 
 
 def clause_lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line[:1] in "✓✗?"]
 
 
-def test_the_standard_library_runner_keeps_all_seven_clauses(
+def test_the_standard_library_runner_keeps_all_eight_clauses(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     result = plnt(
@@ -39,6 +39,7 @@ def test_the_standard_library_runner_keeps_all_seven_clauses(
         ["✓", "5", "stream:"],
         ["✓", "6", "metrics:"],
         ["✓", "7", "sigterm:"],
+        ["✓", "8", "trace:"],
     ]
     assert re.fullmatch(r"✓ 2 healthz: 200 after \d+\.\d s", lines[1])
     assert "x-plnt-revision runner-check" in lines[2]
@@ -46,7 +47,7 @@ def test_the_standard_library_runner_keeps_all_seven_clauses(
     assert result.out.rstrip().endswith(ALL_HOLD)
 
 
-def test_plnt_runner_keeps_all_seven_clauses(capfd: pytest.CaptureFixture[str]) -> None:
+def test_plnt_runner_keeps_all_eight_clauses(capfd: pytest.CaptureFixture[str]) -> None:
     result = plnt(
         capfd,
         "runner",
@@ -57,7 +58,7 @@ def test_plnt_runner_keeps_all_seven_clauses(capfd: pytest.CaptureFixture[str]) 
         str(REVIEW_RESPONDER),
     )
     assert result.code == 0, result
-    assert len(clause_lines(result.out)) == 7
+    assert len(clause_lines(result.out)) == 8
     assert result.out.rstrip().endswith(ALL_HOLD)
 
 
@@ -69,8 +70,9 @@ def test_plnt_runner_keeps_all_seven_clauses(capfd: pytest.CaptureFixture[str]) 
             "no-result-event",
             "✗ 5 stream: stream has no result or error event (events: step, done)",
         ),
+        ("new-trace", "✗ 8 trace: traceparent names trace "),
     ],
-    ids=["missing-x-plnt-tokens", "no-result-sse-event"],
+    ids=["missing-x-plnt-tokens", "no-result-sse-event", "answers-in-a-new-trace"],
 )
 def test_a_runner_breaking_one_clause_is_caught_naming_it(
     capfd: pytest.CaptureFixture[str], tmp_path: Path, broken: str, line: str
@@ -81,8 +83,8 @@ def test_a_runner_breaking_one_clause_is_caught_naming_it(
     )
     assert result.code == 1, result
     missed = [entry for entry in clause_lines(result.out) if entry.startswith("✗")]
-    assert missed == [line]
-    assert result.out.rstrip().endswith("runner contract v1: 6 of 7 clauses hold")
+    assert len(missed) == 1 and missed[0].startswith(line), missed
+    assert result.out.rstrip().endswith("runner contract v1: 7 of 8 clauses hold")
 
 
 def test_a_workflow_that_fails_leaves_clause_3_not_judged_and_the_check_fails(
@@ -100,20 +102,20 @@ def test_a_workflow_that_fails_leaves_clause_3_not_judged_and_the_check_fails(
     )
     assert result.code == 1, result
     lines = clause_lines(result.out)
-    assert [line[0] for line in lines] == ["✓", "✓", "?", "✓", "✓", "✓", "✓"], result.out
+    assert [line[0] for line in lines] == ["✓", "✓", "?", "✓", "✓", "✓", "✓", "✓"], result.out
     assert lines[2].startswith("? 3 invoke: not judged: the invocation failed (HTTP 500: step")
     assert lines[4] == "✓ 5 stream: 0 step, 0 token events, then one error event"
     assert "(HTTP 500)" in lines[6]
 
 
-async def test_a_running_runner_is_checked_on_clauses_2_to_6(
+async def test_a_running_runner_is_checked_on_clauses_2_to_6_and_8(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     async with running(revision="r7") as url:
         result = await _in_thread(capfd, "runner", "check", url, "--revision", "r7")
     assert result.code == 0, result
-    assert [line.split()[1] for line in clause_lines(result.out)] == ["2", "3", "4", "5", "6"]
-    assert result.out.rstrip().endswith("runner contract v1: 5 of 5 clauses hold")
+    assert [line.split()[1] for line in clause_lines(result.out)] == ["2", "3", "4", "5", "6", "8"]
+    assert result.out.rstrip().endswith("runner contract v1: 6 of 6 clauses hold")
 
 
 async def test_a_running_runner_echoing_another_revision_misses_clause_3(

@@ -14,6 +14,7 @@ from plnt_smoke.contract import (
     judge_invoke,
     judge_metrics,
     judge_stream,
+    judge_trace,
     missed,
     parse_sse,
 )
@@ -172,6 +173,37 @@ def test_clause_7_wants_the_call_answered_and_an_exit_within_the_limit() -> None
     assert not judge(call=cut, exit_code=0, exited_after_s=0.4, signal_number=15).held
     assert not judge(call=answered, exit_code=None, exited_after_s=10, signal_number=15).held
     assert not judge(call=answered, exit_code=-15, exited_after_s=0.1, signal_number=15).held
+
+
+SENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize(
+    ("headers", "line"),
+    [
+        (
+            {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"},
+            "✓ 8 trace: continues trace 4bf92f3577b34da6a3ce929d0e0e4736 as span b7ad6b7169203331",
+        ),
+        ({}, "✗ 8 trace: the answer carries no traceparent header"),
+        (
+            {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+            "✗ 8 trace: traceparent names trace 0af7651916cd43dd8448eb211c80319c, not the trace "
+            "sent 4bf92f3577b34da6a3ce929d0e0e4736",
+        ),
+        (
+            {"traceparent": SENT},
+            "✗ 8 trace: traceparent repeats the caller's span id 00f067aa0ba902b7, not a span of "
+            "its own",
+        ),
+        ({"traceparent": "trace-me"}, "✗ 8 trace: traceparent 'trace-me' is not a W3C traceparent"),
+    ],
+    ids=["continued", "missing", "other-trace", "same-span", "malformed"],
+)
+def test_clause_8_wants_the_callers_trace_with_a_span_of_the_runners_own(
+    headers: dict[str, str], line: str
+) -> None:
+    assert judge_trace(Answer(status=200, headers=headers), sent=SENT).line() == line
 
 
 def test_misses_are_named_by_clause_and_an_unjudged_clause_is_none() -> None:

@@ -1,4 +1,4 @@
-"""The smoke step checks the runner contract's clauses 2-6 before its budget test: against
+"""The smoke step checks the runner contract's clauses 2-6 and 8 before its budget test: against
 real runner processes (the standard-library example, and variants of it that break a
 clause) and a real nats-server."""
 
@@ -43,8 +43,9 @@ async def test_a_runner_keeping_the_contract_goes_on_to_its_budget_test(nats_url
             "clause 5 stream",
             "stream has no result or error event (events: step, done)",
         ),
+        ("new-trace", "clause 8 trace", "traceparent names trace "),
     ],
-    ids=["missing-x-plnt-tokens", "no-result-sse-event"],
+    ids=["missing-x-plnt-tokens", "no-result-sse-event", "answers-in-a-new-trace"],
 )
 async def test_a_canary_missing_a_clause_fails_runner_contract_naming_it_without_budget_calls(
     nats_url: str, tmp_path: Path, broken: str, clause: str, detail: str
@@ -53,7 +54,7 @@ async def test_a_canary_missing_a_clause_fails_runner_contract_naming_it_without
         kind, figures = await verdict(nats_url, broken, url)
     assert kind is EventType.SMOKE_FAILED
     assert figures.failure is Reason.RUNNER_CONTRACT
-    assert figures.reason == f"runner contract v1: {clause}: {detail}"
+    assert figures.reason.startswith(f"runner contract v1: {clause}: {detail}")
     assert figures.invocations == 0  # judged before the budget test
 
 

@@ -215,14 +215,15 @@ async def _check_started(request: CheckRequest) -> list[ClauseResult]:
         healthz = served[0]
         settings = judge_settings(address=f"{HOST}:{port}", healthz=healthz)
         if not healthz.held:
-            return [settings, *served, *not_checked([Clause.SIGTERM], "/healthz never answered")]
+            unchecked = not_checked([Clause.SIGTERM], "/healthz never answered")
+            return sorted([settings, *served, *unchecked], key=lambda result: result.clause)
         drain = await check_drain(
             url,
             payload=request.payload,
             terminate=lambda: process.send_signal(signal.SIGTERM),
             wait_exit=lambda seconds: _exit_code(process, seconds),
         )
-        return [settings, *served, drain]
+        return sorted([settings, *served, drain], key=lambda result: result.clause)
     finally:
         await _stop(process)
         reading.cancel()

@@ -40,6 +40,8 @@ class Clause(IntEnum):
     """``GET /metrics`` is Prometheus text with the two invocation metrics."""
     SIGTERM = 7
     """On SIGTERM: stop taking calls, finish those in flight, exit within 10 s."""
+    TRACE = 8
+    """The answer to an invocation continues the ``traceparent`` it was sent."""
 
     @property
     def label(self) -> str:
@@ -47,8 +49,17 @@ class Clause(IntEnum):
         return f"{self.value} {self.name.lower()}"
 
 
-SERVED_CLAUSES = (Clause.HEALTHZ, Clause.INVOKE, Clause.ERRORS, Clause.STREAM, Clause.METRICS)
-"""The clauses a running runner can be checked on from outside (2-6)."""
+SERVED_CLAUSES = (
+    Clause.HEALTHZ,
+    Clause.INVOKE,
+    Clause.ERRORS,
+    Clause.STREAM,
+    Clause.METRICS,
+    Clause.TRACE,
+)
+"""The clauses a running runner can be checked on from outside (2-6 and 8)."""
+TRACEPARENT_HEADER = "traceparent"
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
 @dataclass(frozen=True)
@@ -261,6 +272,32 @@ def judge_metrics(answer: Answer) -> ClauseResult:
         if re.search(pattern, text, flags=re.MULTILINE) is None:
             return missed(Clause.METRICS, f"metrics lack {metric}")
     return held(Clause.METRICS, f"200 with {' and '.join(_METRICS)}")
+
+
+def judge_trace(answer: Answer, *, sent: str) -> ClauseResult:
+    """Clause 8: the invocation sent with ``traceparent`` ``sent`` was answered with a
+    ``traceparent`` of the same trace id and another span id (the runner's own)."""
+    if answer.status == 0:
+        return missed(Clause.TRACE, f"no answer to the invocation ({answer.describe()})")
+    got = answer.headers.get(TRACEPARENT_HEADER)
+    if got is None:
+        return missed(Clause.TRACE, f"the answer carries no {TRACEPARENT_HEADER} header")
+    parsed = _TRACEPARENT.fullmatch(got.strip())
+    if parsed is None:
+        return missed(Clause.TRACE, f"{TRACEPARENT_HEADER} {got[:80]!r} is not a W3C traceparent")
+    _, trace_id, span_id, _ = parsed.groups()
+    _, sent_trace, sent_span, _ = sent.split("-")
+    if trace_id != sent_trace:
+        return missed(
+            Clause.TRACE,
+            f"{TRACEPARENT_HEADER} names trace {trace_id}, not the trace sent {sent_trace}",
+        )
+    if span_id == sent_span:
+        return missed(
+            Clause.TRACE,
+            f"{TRACEPARENT_HEADER} repeats the caller's span id {sent_span}, not a span of its own",
+        )
+    return held(Clause.TRACE, f"continues trace {trace_id} as span {span_id}")
 
 
 def judge_settings(*, address: str, healthz: ClauseResult) -> ClauseResult:

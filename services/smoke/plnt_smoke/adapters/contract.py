@@ -1,6 +1,6 @@
 """Sends a runner the runner contract's requests; ``plnt_smoke.contract`` judges the answers.
 
-``check_served`` checks clauses 2-6 against a runner that listens at a URL (the smoke step
+``check_served`` checks clauses 2-6 and 8 against a runner that listens at a URL (the smoke step
 and ``plnt runner check URL``); ``check_drain`` checks clause 7 against a runner process the
 caller started and can signal (``plnt runner check --run``). Neither starts or stops a
 process itself.
@@ -8,6 +8,7 @@ process itself.
 
 import asyncio
 import json
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from plnt_smoke.contract import (
     judge_invoke,
     judge_metrics,
     judge_stream,
+    judge_trace,
     not_checked,
 )
 
@@ -110,7 +112,8 @@ async def check_served(
     starting: bool = False,
     abort: Callable[[], None] | None = None,
 ) -> list[ClauseResult]:
-    """Clauses 2-6 against the runner at ``url``, in order.
+    """Clauses 2-6 and 8 against the runner at ``url``, in order. Clause 3's invocation
+    carries a fresh ``traceparent``; clause 8 judges what its answer says of it.
 
     ``payload`` is the invoke body clauses 3 and 5 send; ``revision`` the
     ``PLNT_RUNNER_REVISION`` the runner must echo, None when unknown. ``timeout_s`` bounds
@@ -126,12 +129,18 @@ async def check_served(
         abort=abort,
     )
     if not healthz.held:
-        rest = (Clause.INVOKE, Clause.ERRORS, Clause.STREAM, Clause.METRICS)
+        rest = (Clause.INVOKE, Clause.ERRORS, Clause.STREAM, Clause.METRICS, Clause.TRACE)
         return [healthz, *not_checked(rest, "/healthz never answered 200")]
     body = json.dumps(payload).encode()
     as_json = {"Content-Type": "application/json"}
+    traceparent = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
     invoke = await fetch(
-        session, "POST", f"{url}/invoke", timeout_s=timeout_s, body=body, headers=as_json
+        session,
+        "POST",
+        f"{url}/invoke",
+        timeout_s=timeout_s,
+        body=body,
+        headers={**as_json, "traceparent": traceparent},
     )
     errors = [
         (sent, await fetch(session, "POST", f"{url}/invoke", timeout_s=timeout_s, body=raw))
@@ -152,6 +161,7 @@ async def check_served(
         judge_errors(errors),
         judge_stream(stream),
         judge_metrics(metrics),
+        judge_trace(invoke, sent=traceparent),
     ]
 
 
