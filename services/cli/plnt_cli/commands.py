@@ -274,10 +274,29 @@ async def replay(session: Session) -> ReplayStats:
     return await replay_bus(session.bus)
 
 
+@dataclass(frozen=True)
+class Invoked:
+    """The router's answer to ``plnt invoke``."""
+
+    status: int
+    revision: str
+    text: str
+    traceparent: str
+    """The router span's W3C ``traceparent``; empty when the router records no traces."""
+
+    @property
+    def trace_id(self) -> str:
+        """The trace id in ``traceparent``, or ``""`` when it holds none."""
+        parts = self.traceparent.strip().split("-")
+        if len(parts) != 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
+            return ""
+        return parts[1] if all(c in "0123456789abcdef" for c in parts[1]) else ""
+
+
 async def invoke(
     session: Session, *, name: str, namespace: str, body: Any, stream: bool
-) -> tuple[int, str, str]:
-    """POST ``body`` as JSON to the run's endpoint; returns (status, revision, body text)."""
+) -> Invoked:
+    """POST ``body`` as JSON to the run's endpoint; returns the router's answer."""
     stored = await session.store.get("WorkflowRun", namespace, name)
     if stored is None:
         raise ResourceNotFound(f"workflowruns {name!r} not found in namespace {namespace!r}")
@@ -294,7 +313,11 @@ async def invoke(
             aiohttp.ClientSession() as http,
             http.post(endpoint, json=body, headers=headers) as response,
         ):
-            text = await response.text()
-            return response.status, response.headers.get("x-plnt-revision", ""), text
+            return Invoked(
+                status=response.status,
+                revision=response.headers.get("x-plnt-revision", ""),
+                text=await response.text(),
+                traceparent=response.headers.get("traceparent", ""),
+            )
     except aiohttp.ClientError as exc:
         raise PlntError(f"cannot reach the router at {endpoint}: {exc}") from None

@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     invoke.add_argument("name", type=arguments.run_name)
     invoke.add_argument("--data", default="{}", help="JSON body, or @file")
     invoke.add_argument("--stream", action="store_true", help="ask for server-sent events")
+    invoke.add_argument(
+        "--trace", action="store_true", help="print the call's trace id (tracing must be on)"
+    )
     invoke.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
 
     serve = sub.add_parser("serve", help="run one service in the foreground")
@@ -302,15 +305,27 @@ async def wait_command(args: argparse.Namespace) -> int:
 
 
 async def invoke_command(args: argparse.Namespace) -> int:
-    async def work(session: commands.Session) -> tuple[int, str, str]:
+    async def work(session: commands.Session) -> commands.Invoked:
         return await commands.invoke(
             session, name=args.name, namespace=args.namespace, body=args.data, stream=args.stream
         )
 
-    status, revision, text = await with_session(args.nats, work)
-    say(text.rstrip())
-    print(f"(HTTP {status}, revision {revision or '-'})", file=sys.stderr)
-    return 0 if status < 400 else 1
+    answer = await with_session(args.nats, work)
+    say(answer.text.rstrip())
+    print(f"(HTTP {answer.status}, revision {answer.revision or '-'})", file=sys.stderr)
+    if args.trace:
+        print(trace_line(answer), file=sys.stderr)
+    return 0 if answer.status < 400 else 1
+
+
+def trace_line(answer: commands.Invoked) -> str:
+    """What ``plnt invoke --trace`` prints: the call's trace id, or why there is none."""
+    if answer.trace_id:
+        return f"trace {answer.trace_id}"
+    return (
+        "trace: none (the router records no traces; start `plnt up` with "
+        "OTEL_EXPORTER_OTLP_ENDPOINT set, see docs/observability.md)"
+    )
 
 
 def sync_interval_argument(text: str) -> str:
