@@ -142,6 +142,20 @@ async def test_an_invocation_is_one_trace_router_runner_steps_llm_continuing_the
         assert answered is not None, response.headers["traceparent"]
 
         spans = by_name(await receiver.wait_for(lambda got: len(got) >= 6))
+        exemplar = f'# {{trace_id="{CALLER_TRACE}"}}'
+        for url in (router, runner):
+            openmetrics = {"Accept": "application/openmetrics-text; version=1.0.0"}
+            async with http.get(f"{url}/metrics", headers=openmetrics) as scraped:
+                assert scraped.content_type == "application/openmetrics-text"
+                latency = [
+                    line
+                    for line in (await scraped.text()).splitlines()
+                    if line.startswith("plnt_invocation_duration_seconds_bucket")
+                    and exemplar in line
+                ]
+            assert latency, f"{url}/metrics has no latency exemplar of the call's trace"
+            async with http.get(f"{url}/metrics") as scraped:  # Prometheus text: no exemplars
+                assert exemplar not in await scraped.text()
         assert sorted(spans) == [
             "POST /invoke",
             "POST /workflows/{name}/invoke",

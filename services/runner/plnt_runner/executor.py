@@ -83,6 +83,8 @@ class _Plan:
         "dependents",
         "hist_error",
         "hist_ok",
+        "span_attributes",
+        "span_name",
         "step",
         "timeout_s",
         "tool",
@@ -99,6 +101,8 @@ class _Plan:
         self.dependents = dependents
         self.hist_ok = STEP_DURATION.labels(workflow, step.id, step.tool, "ok")
         self.hist_error = STEP_DURATION.labels(workflow, step.id, step.tool, "error")
+        self.span_name = f"step {step.id}"
+        self.span_attributes = {"plnt.step.id": step.id, "plnt.step.tool": step.tool}
 
 
 class Executor:
@@ -220,26 +224,26 @@ class _Run:
     async def _traced_step(self, step_id: str) -> StepFinished:
         """``_run_step`` in a span ``step <id>``, a child of the runner's (the task copied
         its context); an LLM call of the step is the span's child."""
-        tool = self.ex._plans[step_id].step.tool
-        # Status and exception are set here: a sibling's cancellation is not this step's error.
-        with _TRACER.start_as_current_span(
-            f"step {step_id}",
-            attributes={"plnt.step.id": step_id, "plnt.step.tool": tool},
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                finished = await self._run_step(step_id)
-            except StepFailed as exc:
-                span.set_attribute("error.type", exc.reason)
-                span.record_exception(exc.__cause__ or exc)
-                span.set_status(StatusCode.ERROR, exc.cause)
-                raise
-            except asyncio.CancelledError:
-                span.set_attribute("plnt.step.cancelled", True)
-                raise
+        plan = self.ex._plans[step_id]
+        span = _TRACER.start_span(plan.span_name, attributes=plan.span_attributes)
+        token = tracing.activate(span)
+        try:
+            finished = await self._run_step(step_id)
+        except StepFailed as exc:
+            span.set_attribute("error.type", exc.reason)
+            span.record_exception(exc.__cause__ or exc)
+            span.set_status(StatusCode.ERROR, exc.cause)
+            raise
+        except asyncio.CancelledError:
+            # A sibling failed: not this step's error.
+            span.set_attribute("plnt.step.cancelled", True)
+            raise
+        else:
             span.set_attribute("plnt.step.cache_hit", finished.cached)
             return finished
+        finally:
+            tracing.deactivate(token)
+            span.end()
 
     async def _run_step(self, step_id: str) -> StepFinished:
         plan = self.ex._plans[step_id]
