@@ -6,7 +6,8 @@ router serving the kept previous revision), ``router`` (against nginx
 and the backend called directly) ``runner`` (the executor, the step cache,
 backpressure, GPU metrics), ``runner-load`` (one runner holding 100 to 1,000 calls in
 flight against a slow LLM) and ``code-deploy`` (apply → Ready of a workflow with code and
-a requirement, first and cached); ``--only SECTION`` (repeatable) picks some. Each section
+a requirement, first and cached), ``tracing`` (router and executor with tracing off and on);
+``--only SECTION`` (repeatable) picks some. Each section
 starts its own processes on free ports; the machine and versions are printed so the
 tables can be pasted into docs/benchmarks.md.
 """
@@ -28,6 +29,7 @@ from bench.runner_load import LoadBench, runner_load_section
 from bench.saga import saga_section
 from bench.serving import add_arguments, serving_sections
 from bench.stats import summary_ms
+from bench.tracing import tracing_section
 from plnt_common.logs import configure_logging
 from plnt_common.nats_server import nats_server_binary
 
@@ -40,6 +42,7 @@ SECTIONS = (
     "runner",
     "runner-load",
     "code-deploy",
+    "tracing",
 )
 
 
@@ -130,6 +133,8 @@ def main() -> None:
         runner_load_section(LoadBench(levels=levels, llm_delay_s=args.llm_delay))
     if "code-deploy" in sections:
         code_deploy_section(args.code_deploys)
+    if "tracing" in sections:
+        tracing_section()
 
 
 def deploy_table(args: argparse.Namespace) -> None:
