@@ -18,6 +18,7 @@ This module is not where spans are named or given attributes: each service does 
 """
 
 import os
+import sys
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -103,6 +104,16 @@ def setup(service: str, environ: Mapping[str, str] | None = None) -> bool:
     CONTENT_ENABLED = content
     log.info("tracing.enabled", endpoint=endpoint, service=f"plnt-{service}", content=content)
     return True
+
+
+def setup_or_exit(service: str) -> bool:
+    """``setup`` for a process's entry point: a misconfiguration is one line on stderr,
+    ``plnt <service>: ...``, and exit code 2 (bad settings), never a traceback."""
+    try:
+        return setup(service)
+    except TracingMisconfigured as exc:
+        print(f"plnt {service}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _boolean(env: Mapping[str, str], name: str) -> bool:

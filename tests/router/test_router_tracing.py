@@ -195,3 +195,28 @@ async def test_an_invocation_is_one_trace_router_runner_steps_llm_continuing_the
             cost = (prompt_tokens * 2 + len(ANSWER.split()) * 8) / 1e6
             assert attributes["plnt.cost_usd"] == pytest.approx(cost)
             assert "gen_ai.input.messages" not in attributes  # content is opt-in
+
+
+async def test_a_router_given_an_unsupported_otlp_protocol_exits_2_with_one_line(
+    nats_url: str,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLNT_", "OTEL_"))}
+    env.update(
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318",
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+        PLNT_NATS_URL=nats_url,
+        PLNT_ROUTER_PORT="0",
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "plnt_router",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), timeout=20)
+    assert proc.returncode == 2
+    lines = stderr.decode().strip().splitlines()
+    assert lines[-1].startswith("plnt router: OTEL_EXPORTER_OTLP_PROTOCOL='grpc' is not supported")
+    assert "Traceback" not in stderr.decode()

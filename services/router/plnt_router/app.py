@@ -173,5 +173,5 @@ def main() -> None:
     """Entry point of ``plnt serve router``: settings from the environment, JSON logs."""
     settings = RouterSettings()
     configure_logging(level=settings.log_level, fmt=settings.log_format, service="router")
-    tracing.setup("router")  # OTEL_EXPORTER_OTLP_ENDPOINT unset: nothing installed
+    tracing.setup_or_exit("router")  # OTEL_EXPORTER_OTLP_ENDPOINT unset: nothing installed
     event_loop.run(serve(settings=settings))
