@@ -7,6 +7,7 @@ its Helm releases (Service endpoints), in the same shape; the local-backend neve
 it. A release is one runner serving one revision of one WorkflowRun.
 """
 
+import hashlib
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,9 +17,25 @@ OBSERVED_PREFIX = "observed"
 KUBE_OBSERVED_PREFIX = "observed-kube"
 
 
-def release_name(run_name: str, generation: int) -> str:
-    """``<run>-g<generation>``: a DNS-1123 label of at most 53 characters (Helm's limit)."""
-    return f"{run_name}-g{generation}"
+HELM_RELEASE_NAME_MAX = 53
+"""Helm refuses longer release names (it appends suffixes to make object names)."""
+_HASH_LEN = 8
+
+
+def release_name(namespace: str, run_name: str, generation: int) -> str:
+    """``<namespace>-<run>-g<generation>``: one release per namespace, run and generation.
+
+    A DNS-1123 label of at most 53 characters (Helm's limit): a longer name keeps its
+    head, cut to make room, and ends with ``-<8 hex>``, a hash of the whole name, so two
+    long names that share a head still differ. Never parse a run back out of it: records
+    carry ``namespace`` and ``run_name``.
+    """
+    full = f"{namespace}-{run_name}-g{generation}"
+    if len(full) <= HELM_RELEASE_NAME_MAX:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LEN]
+    head = full[: HELM_RELEASE_NAME_MAX - _HASH_LEN - 1].rstrip("-")
+    return f"{head}-{digest}"
 
 
 def revision_label(version: str, generation: int) -> str:
@@ -38,14 +55,30 @@ def kube_observed_key(namespace: str, release: str) -> str:
     return f"{KUBE_OBSERVED_PREFIX}.{namespace}.{release}"
 
 
-def run_of_release(release: str) -> str:
-    """The WorkflowRun a release belongs to: ``release_name`` undone."""
-    return release.rsplit("-g", 1)[0]
+def run_of_release(release: str, *, namespace: str) -> str:
+    """The WorkflowRun of an unhashed ``release_name`` in ``namespace``; "" when unknown.
+
+    Only for records that predate ``ObservedRelease.run_name``: a hashed name has lost the
+    run's full name, and a name of another namespace is not this namespace's run.
+    """
+    head, sep, generation = release.rpartition("-g")
+    prefix = f"{namespace}-"
+    if not sep or not generation.isdigit() or not head.startswith(prefix):
+        return ""
+    run = head[len(prefix) :]
+    return run if release_name(namespace, run, int(generation)) == release else ""
 
 
-def release_of_revision(run_name: str, revision: str) -> str:
-    """The release that serves ``revision`` of ``run_name`` (``revision_label`` undone)."""
-    return f"{run_name}-g{revision.rsplit('-g', 1)[-1]}"
+def release_of_revision(namespace: str, run_name: str, revision: str) -> str:
+    """The release that serves ``revision`` of ``namespace``/``run_name``.
+
+    ``revision_label`` undone for its generation, then named again: hashing is
+    deterministic, so this holds for long names too.
+    """
+    generation = revision.rsplit("-g", 1)[-1]
+    if not generation.isdigit():
+        return ""
+    return release_name(namespace, run_name, int(generation))
 
 
 class ReleaseRole(StrEnum):
@@ -109,6 +142,10 @@ class ObservedRelease(BaseModel):
     revision: str
     saga_id: str
     phase: ReleasePhase
+    run_name: str = Field(
+        default="",
+        description="The WorkflowRun it serves (empty in records written before it was kept).",
+    )
     url: str = ""
     pid: int = 0
     restarts: int = 0

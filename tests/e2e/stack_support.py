@@ -22,7 +22,7 @@ from plnt_common.bus.history import read_events
 from plnt_common.events import Envelope
 from plnt_common.nats_server import free_port
 from plnt_common.projection import RunProjection
-from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
+from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX, release_name
 from plnt_common.resource_store import ResourceStore
 from plnt_common.resources import parse_resource
 from plnt_common.workflow import spec_digest
@@ -167,7 +167,7 @@ class Client:
         found = []
         for generation in range(1, generations + 1):
             for prefix in (DESIRED_PREFIX, OBSERVED_PREFIX):
-                key = f"{prefix}.default.{name}-g{generation}"
+                key = f"{prefix}.default.{release_name('default', name, generation)}"
                 try:
                     entry = await self.bus.releases.get(key)
                 except (KeyNotFoundError, KeyDeletedError):
@@ -182,7 +182,7 @@ class Client:
         pids = []
         for generation in range(1, generations + 1):
             try:
-                key = f"{OBSERVED_PREFIX}.default.{name}-g{generation}"
+                key = f"{OBSERVED_PREFIX}.default.{release_name('default', name, generation)}"
                 entry = await self.bus.releases.get(key)
             except (KeyNotFoundError, KeyDeletedError):
                 continue

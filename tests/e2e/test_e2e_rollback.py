@@ -20,6 +20,7 @@ from test_e2e_manual_gate import plnt_process, refused_line
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType, OperatorRequest, new_event
+from plnt_common.releases import release_name
 
 SWITCH_BOUND_S = 1.0
 """From the request to the router answering from the previous revision (the KV write, the
@@ -62,7 +63,8 @@ async def terminals_by_saga(client: Client, name: str) -> dict[str, list[EventTy
 
 def released(name: str, generation: int) -> list[str]:
     """The release keys of a run left with one release."""
-    return [f"desired.default.{name}-g{generation}", f"observed.default.{name}-g{generation}"]
+    release = release_name("default", name, generation)
+    return [f"desired.default.{release}", f"observed.default.{release}"]
 
 
 async def wait_released(client: Client, name: str, keys: list[str], timeout_s: float) -> None:

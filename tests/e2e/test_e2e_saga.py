@@ -94,7 +94,7 @@ async def test_a_canary_that_fails_every_call_rolls_back_and_the_old_revision_ke
     assert all(key.endswith("canary-fail-g1") for key in keys), keys
     for pid in await client.observed_pids("canary-fail"):
         assert pid_alive(pid)
-    assert not any(p.name.startswith("canary-fail-g2") for p in runner_dirs(stack))
+    assert not any(p.name.startswith("default-canary-fail-g2") for p in runner_dirs(stack))
 
 
 def runner_dirs(stack: Supervisor) -> list[Path]:

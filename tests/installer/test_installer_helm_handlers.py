@@ -152,11 +152,11 @@ async def test_a_spec_for_a_kubernetes_backend_installs_onto_its_plntbackend(
     await _handle(handlers, _event(EventType.SPEC_PULLED, pulled, generation=1))
 
     assert kube.installed_onto == [pulled.backend_name]
-    assert kube.held == {"review-responder-g1": desired(pulled)}
+    assert kube.held == {"default-review-responder-g1": desired(pulled)}
     assert local.calls == []
     [(kind, data)] = await _published(bus)
     assert kind is EventType.CANARY_INSTALLED
-    assert data["canary"]["url"] == "http://kube/review-responder-g1"
+    assert data["canary"]["url"] == "http://kube/default-review-responder-g1"
 
 
 async def test_a_saga_superseded_while_its_canary_started_removes_it_and_rolls_back(
@@ -167,7 +167,10 @@ async def test_a_saga_superseded_while_its_canary_started_removes_it_and_rolls_b
 
     await _handle(handlers, _event(EventType.SPEC_PULLED, spec_pulled(), generation=1))
 
-    assert kube.calls == ["install review-responder-g1 canary", "uninstall review-responder-g1"]
+    assert kube.calls == [
+        "install default-review-responder-g1 canary",
+        "uninstall default-review-responder-g1",
+    ]
     [(kind, data)] = await _published(bus)
     assert kind is EventType.RUN_ROLLED_BACK
     assert data["reason"] == Reason.SUPERSEDED.value
@@ -188,10 +191,10 @@ async def test_a_redelivered_install_of_a_saga_promoted_meanwhile_leaves_its_rel
 
     # stable again: another replica's run.ready may have made it so before this install
     assert kube.calls == [
-        "install review-responder-g1 canary",
-        "install review-responder-g1 stable",
+        "install default-review-responder-g1 canary",
+        "install default-review-responder-g1 stable",
     ]
-    assert kube.held == {"review-responder-g1": promoted(desired(pulled))}
+    assert kube.held == {"default-review-responder-g1": promoted(desired(pulled))}
     assert [kind for kind, _ in await _published(bus)] == [EventType.RUN_READY]
 
 
@@ -211,7 +214,7 @@ async def test_a_redelivered_install_of_a_promoted_saga_superseded_since_is_left
 
     await _handle(handlers, _event(EventType.SPEC_PULLED, pulled, generation=1))
 
-    assert kube.calls == ["install review-responder-g1 canary"]
+    assert kube.calls == ["install default-review-responder-g1 canary"]
     assert [kind for kind, _ in await _published(bus)] == [EventType.RUN_READY]
 
 
@@ -227,7 +230,10 @@ async def test_an_install_of_a_saga_that_failed_meanwhile_is_removed_again(
 
     await _handle(handlers, _event(EventType.SPEC_PULLED, spec_pulled(), generation=1))
 
-    assert kube.calls == ["install review-responder-g1 canary", "uninstall review-responder-g1"]
+    assert kube.calls == [
+        "install default-review-responder-g1 canary",
+        "uninstall default-review-responder-g1",
+    ]
     assert kube.held == {}
     assert [kind for kind, _ in await _published(bus)] == [EventType.RUN_FAILED]
 
@@ -235,14 +241,14 @@ async def test_an_install_of_a_saga_that_failed_meanwhile_is_removed_again(
 async def test_an_install_the_backend_refuses_publishes_install_failed_at_once(
     bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
 ) -> None:
-    kube.refuse = "helm upgrade --install plnt-runners/review-responder-g1: execution error"
+    kube.refuse = "helm upgrade --install plnt-runners/default-review-responder-g1: execution error"
 
     await _handle(handlers, _event(EventType.SPEC_PULLED, spec_pulled(), generation=1))
 
     [(kind, data)] = await _published(bus)
     assert kind is EventType.INSTALL_FAILED
     assert data["message"] == kube.refuse
-    assert data["release"] == "review-responder-g1"
+    assert data["release"] == "default-review-responder-g1"
 
 
 async def test_compensation_removes_the_canary_from_the_backend_holding_it(
@@ -275,7 +281,7 @@ async def test_compensation_of_a_canary_listed_nowhere_asks_every_backend_to_rem
 
     await _handle(handlers, _event(EventType.INSTALL_FAILED, failed, generation=1))
 
-    assert local.calls == kube.calls == ["uninstall review-responder-g1"]
+    assert local.calls == kube.calls == ["uninstall default-review-responder-g1"]
     [(kind, _)] = await _published(bus)
     assert kind is EventType.RUN_FAILED
 
@@ -291,9 +297,9 @@ async def test_promotion_promotes_and_retires_each_release_where_it_is(
 
     await _handle(handlers, _event(EventType.RUN_READY, ready, generation=2))
 
-    assert kube.calls == ["install review-responder-g2 stable"]
+    assert kube.calls == ["install default-review-responder-g2 stable"]
     assert kube.held == {canary.release: promoted(canary)}
-    assert local.calls == ["uninstall review-responder-g1"]
+    assert local.calls == ["uninstall default-review-responder-g1"]
     assert local.held == {}
 
 

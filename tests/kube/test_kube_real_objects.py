@@ -176,7 +176,10 @@ def test_a_runner_service_with_a_real_servers_metadata_is_read_by_the_helm_obser
         "metadata": {
             "name": "agents-review-responder-g2",
             "namespace": "agents",
-            "labels": {"plnt.work/revision": "1.2.0-g2"},
+            "labels": {
+                "plnt.work/revision": "1.2.0-g2",
+                "plnt.work/workflowrun": "review-responder",
+            },
             **{k: v for k, v in REAL_METADATA.items() if k not in ("annotations",)},
         },
         "spec": {"ports": [{"port": 8000, "protocol": "TCP", "targetPort": 8000}]},
@@ -184,8 +187,9 @@ def test_a_runner_service_with_a_real_servers_metadata_is_read_by_the_helm_obser
 
     state = _service_state(body, "agents", {"agents-review-responder-g2": (1, 0)})
 
-    assert (state.name, state.revision, state.port, state.ready) == (
+    assert (state.name, state.run_name, state.revision, state.port, state.ready) == (
         "agents-review-responder-g2",
+        "review-responder",
         "1.2.0-g2",
         8000,
         1,

@@ -24,13 +24,14 @@ from plnt_installer.helm_observer import ServiceState, observation
 from plnt_testkit.kube_emulator import DEFAULT_TYPES, ENDPOINTS, SERVICES, KubeEmulator
 
 HELM_NS = "plnt-runners"
-RELEASE = "shop-g1"
+RELEASE = "default-shop-g1"
 REVISION = "1.0.0-g1"
 LABELS = {
     "app.kubernetes.io/part-of": "plnt",
     "app.kubernetes.io/component": "runner",
     "app.kubernetes.io/instance": RELEASE,
     "plnt.work/revision": REVISION,
+    "plnt.work/workflowrun": "shop",
 }
 ANNOTATIONS = {"plnt.work/namespace": "default", "plnt.work/saga-id": "default.shop.1.1"}
 SERVICE_URL = f"http://{RELEASE}.{HELM_NS}.svc.cluster.local"

@@ -29,7 +29,7 @@ from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_events
 from plnt_common.events import EventType
-from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
+from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX, release_name
 from plnt_testkit.kube_emulator import KubeEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ async def bus_leftovers(nats_url: str) -> tuple[Counter[EventType], list[str]]:
         keys = []
         for generation in (1, 2, 3):
             for prefix in (DESIRED_PREFIX, OBSERVED_PREFIX):
-                key = f"{prefix}.{NAMESPACE}.{RUN}-g{generation}"
+                key = f"{prefix}.{NAMESPACE}.{release_name(NAMESPACE, RUN, generation)}"
                 try:
                     entry = await bus.releases.get(key)
                 except (KeyNotFoundError, KeyDeletedError):

@@ -26,7 +26,7 @@ from plnt_common.events import (
     RunSnapshot,
     new_event,
 )
-from plnt_common.releases import ObservedRelease, ReleasePhase, observed_key
+from plnt_common.releases import ObservedRelease, ReleasePhase, observed_key, release_name
 from plnt_common.resources import WorkflowRunSpec
 from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_promoter import guard, revert
@@ -63,7 +63,9 @@ async def ready_run(
             **({"guard": guard} if guard else {}),
         }
     )
-    canary = CanaryRef(revision=PROMOTED, release=f"{NAME}-g2", url="http://127.0.0.1:39002")
+    canary = CanaryRef(
+        revision=PROMOTED, release=release_name(NS, NAME, 2), url="http://127.0.0.1:39002"
+    )
     run = RunSnapshot(namespace=NS, name=NAME, generation=2, spec=spec)
     await advance_latest_saga(bus, NS, NAME, READY_SAGA)
     await bus.publish(
@@ -78,7 +80,7 @@ async def ready_run(
     )
     kept = ObservedRelease(
         namespace=NS,
-        release=f"{NAME}-g1",
+        release=release_name(NS, NAME, 1),
         revision=PREVIOUS,
         saga_id=f"{NS}.{NAME}.1.1",
         phase=ReleasePhase.READY,

@@ -13,29 +13,38 @@ import pytest
 
 from plnt_common.bus.bus import Bus
 from plnt_common.metrics import SIDE_EFFECTS
-from plnt_common.releases import ObservedRelease, ReleasePhase, observed_key
+from plnt_common.releases import ObservedRelease, ReleasePhase, observed_key, release_name
 from plnt_common.routes import RouteEntry, RouteTarget, route_key
 from plnt_common.status import ServingReason
 from plnt_promoter.adapters.route_table import RouteTable
 from plnt_promoter.route_follow import RouteFollower
 
-NS, RUN, RELEASE, REVISION = "default", "shop", "shop-g1", "1.0.0-g1"
+NS, RUN, REVISION = "default", "shop", "1.0.0-g1"
+RELEASE = release_name(NS, RUN, 1)
 SAGA = "default.shop.1.1"
 URL = "http://127.0.0.1:40001"
 KEY = observed_key(NS, RELEASE)
 ROUTE = route_key(NS, RUN)
 
 
-def record(phase: ReleasePhase) -> ObservedRelease:
+def record(
+    phase: ReleasePhase, *, namespace: str = NS, run: str = RUN, release: str = RELEASE
+) -> ObservedRelease:
     url = URL if phase is ReleasePhase.READY else ""
     return ObservedRelease(
-        namespace=NS, release=RELEASE, revision=REVISION, saga_id=SAGA, phase=phase, url=url
+        namespace=namespace,
+        release=release,
+        run_name=run,
+        revision=REVISION,
+        saga_id=SAGA,
+        phase=phase,
+        url=url,
     )
 
 
-def serving_canary() -> RouteEntry:
-    target = RouteTarget(revision=REVISION, url=URL, saga_id=SAGA, release=RELEASE)
-    return RouteEntry(namespace=NS, name=RUN, canary=target, canary_weight=5)
+def serving_canary(*, namespace: str = NS, run: str = RUN, release: str = RELEASE) -> RouteEntry:
+    target = RouteTarget(revision=REVISION, url=URL, saga_id=SAGA, release=release)
+    return RouteEntry(namespace=namespace, name=run, canary=target, canary_weight=5)
 
 
 @pytest.fixture
@@ -118,3 +127,25 @@ async def test_a_record_older_than_the_one_held_is_not_taken(bus: Bus) -> None:
     await follower._on_observed(KEY, record(ReleasePhase.STARTING), starting)  # late delivery
 
     assert follower._observed[NS][RELEASE].phase is ReleasePhase.READY
+
+
+async def test_a_record_of_a_hashed_release_name_moves_its_run_s_route(bus: Bus) -> None:
+    # too long for Helm: the release name is cut and hashed, so only the record's
+    # run_name leads back to the route
+    namespace, run = "team-with-a-rather-long-namespace", "a-workflow-run-with-a-long-name"
+    release = release_name(namespace, run, 1)
+    assert not release.startswith(f"{namespace}-{run}")
+    route = route_key(namespace, run)
+    canary = serving_canary(namespace=namespace, run=run, release=release)
+    written = await bus.routes.put(route, canary.model_dump_json().encode())
+    follower = RouteFollower(bus=bus, routes=RouteTable(bus.routes))
+    await follower._on_route(route, canary, written)
+
+    failed = record(ReleasePhase.FAILED, namespace=namespace, run=run, release=release)
+    key = observed_key(namespace, release)
+    revision = await bus.releases.put(key, failed.model_dump_json().encode())
+    await follower._on_observed(key, failed, revision)
+
+    entry = RouteEntry.model_validate_json((await bus.routes.get(route)).value or b"")
+    assert entry.canary is not None and not entry.canary.serving
+    assert entry.canary.reason == ServingReason.RUNNER_FAILED

@@ -23,7 +23,11 @@ def target(revision: str = "1.0.0-g1", *, url: str = OLD, **fields: object) -> R
 
 
 def seen(
-    phase: ReleasePhase, *, url: str = NEW, revision: str = "1.0.0-g1", release: str = "shop-g1"
+    phase: ReleasePhase,
+    *,
+    url: str = NEW,
+    revision: str = "1.0.0-g1",
+    release: str = "default-shop-g1",
 ) -> ObservedRelease:
     return ObservedRelease(
         namespace="default",
@@ -45,12 +49,14 @@ def entry(
 
 
 def test_a_ready_runner_at_a_new_address_moves_the_target_there() -> None:
-    moved = followed(entry(target()), {"shop-g1": seen(ReleasePhase.READY)}, now=NOW)
-    assert moved.stable == target(url=NEW, release="shop-g1")
+    moved = followed(entry(target()), {"default-shop-g1": seen(ReleasePhase.READY)}, now=NOW)
+    assert moved.stable == target(url=NEW, release="default-shop-g1")
 
 
 def test_a_restarting_runner_marks_the_target_not_serving_and_keeps_its_address() -> None:
-    down = followed(entry(target()), {"shop-g1": seen(ReleasePhase.STARTING, url="")}, now=NOW)
+    down = followed(
+        entry(target()), {"default-shop-g1": seen(ReleasePhase.STARTING, url="")}, now=NOW
+    )
     assert down.stable is not None
     assert (down.stable.url, down.stable.serving, down.stable.reason) == (
         OLD,
@@ -61,19 +67,19 @@ def test_a_restarting_runner_marks_the_target_not_serving_and_keeps_its_address(
 
 
 def test_a_failed_runner_is_reported_as_failed() -> None:
-    down = followed(entry(target()), {"shop-g1": seen(ReleasePhase.FAILED)}, now=NOW)
+    down = followed(entry(target()), {"default-shop-g1": seen(ReleasePhase.FAILED)}, now=NOW)
     assert down.stable is not None and down.stable.reason == "RunnerFailed"
 
 
 def test_a_backend_reason_is_kept() -> None:
     observed = seen(ReleasePhase.STARTING).model_copy(update={"reason": "NoReadyPods"})
-    down = followed(entry(target()), {"shop-g1": observed}, now=NOW)
+    down = followed(entry(target()), {"default-shop-g1": observed}, now=NOW)
     assert down.stable is not None and down.stable.reason == "NoReadyPods"
 
 
 @pytest.mark.parametrize(
     "observed",
-    [{}, {"shop-g1": seen(ReleasePhase.STARTING, revision="0.9.0-g1")}],
+    [{}, {"default-shop-g1": seen(ReleasePhase.STARTING, revision="0.9.0-g1")}],
     ids=["nothing-observed", "another-revision"],
 )
 def test_no_news_of_the_release_leaves_the_route_as_it_is(
@@ -84,15 +90,15 @@ def test_no_news_of_the_release_leaves_the_route_as_it_is(
 
 
 def test_an_unchanged_observation_changes_nothing_not_even_the_time() -> None:
-    route = followed(entry(target()), {"shop-g1": seen(ReleasePhase.READY)}, now=NOW)
+    route = followed(entry(target()), {"default-shop-g1": seen(ReleasePhase.READY)}, now=NOW)
     later = datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
-    assert followed(route, {"shop-g1": seen(ReleasePhase.READY)}, now=later) == route
+    assert followed(route, {"default-shop-g1": seen(ReleasePhase.READY)}, now=later) == route
 
 
 def test_stable_and_canary_follow_their_own_releases() -> None:
     route = entry(target(), target("1.1.0-g2", release="shop-g2"), weight=10)
     observed = {
-        "shop-g1": seen(ReleasePhase.READY),
+        "default-shop-g1": seen(ReleasePhase.READY),
         "shop-g2": seen(ReleasePhase.STARTING, revision="1.1.0-g2", release="shop-g2"),
     }
     result = followed(route, observed, now=NOW)
@@ -207,15 +213,17 @@ def test_calls_see_only_serving_targets() -> None:
 
 def test_a_runner_up_again_clears_the_reason_and_message_it_was_down_for() -> None:
     down = target(serving=False, reason="RunnerStarting", message="exited with signal 9")
-    up = followed(entry(down), {"shop-g1": seen(ReleasePhase.READY)}, now=NOW)
+    up = followed(entry(down), {"default-shop-g1": seen(ReleasePhase.READY)}, now=NOW)
     assert up.stable is not None
     assert (up.stable.serving, up.stable.reason, up.stable.message) == (True, "", "")
 
 
 def test_a_canary_without_its_release_is_found_by_the_runs_name_and_dated_when_it_serves() -> None:
-    canary = target("1.1.0-g2", serving=False)  # no release: shop-g2, from the run's name
+    canary = target("1.1.0-g2", serving=False)  # no release: default-shop-g2, from the run's name
     route = entry(target(), canary, weight=10)
-    observed = {"shop-g2": seen(ReleasePhase.READY, revision="1.1.0-g2", release="shop-g2")}
+    observed = {
+        "default-shop-g2": seen(ReleasePhase.READY, revision="1.1.0-g2", release="default-shop-g2")
+    }
     result = followed(route, observed, now=NOW)
     assert result.canary is not None
     assert (result.canary.url, result.canary.serving, result.canary.since) == (NEW, True, NOW)

@@ -371,7 +371,7 @@ def test_a_canary_release_is_desired_from_the_pulled_spec_and_its_backend() -> N
     assert desired == DesiredRelease(
         namespace="team",
         run_name="wf",
-        release="wf-g3",
+        release="team-wf-g3",
         revision="1.0.0-g3",
         role=ReleaseRole.CANARY,
         saga_id="team.wf.3.1",

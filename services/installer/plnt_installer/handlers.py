@@ -84,7 +84,7 @@ class InstallerHandlers:
                 reason=Reason.DELIVERY_EXHAUSTED,
                 message=message,
                 revision=data.revision,
-                release=release_name(event.name, event.generation),
+                release=release_name(event.namespace, event.name, event.generation),
             )
             await self._bus.publish(
                 follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE)
@@ -253,7 +253,9 @@ class InstallerHandlers:
         held = await self._held(event.namespace, event.name)
         releases = [release for _, release in held]
         holder, mine = next(((b, r) for b, r in held if r.saga_id == event.sagaid), (None, None))
-        release = mine.release if mine else release_name(event.name, event.generation)
+        release = (
+            mine.release if mine else release_name(event.namespace, event.name, event.generation)
+        )
         # Not listed anywhere: removal is idempotent, so every backend makes sure.
         holders = [holder] if holder else list(self._backends.values())
         removed = False

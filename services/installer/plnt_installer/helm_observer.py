@@ -41,6 +41,8 @@ class ServiceState:
     port: int
     run_namespace: str = ""
     """The namespace of the WorkflowRun it serves (empty: not a plnt release)."""
+    run_name: str = ""
+    """The WorkflowRun it serves (the runner chart's ``plnt.work/workflowrun`` label)."""
     saga_id: str = ""
     revision: str = ""
     ready: int = 0
@@ -63,6 +65,7 @@ def observation(service: ServiceState) -> ObservedRelease | None:
     return ObservedRelease(
         namespace=service.run_namespace,
         release=service.name,
+        run_name=service.run_name,
         revision=service.revision,
         saga_id=service.saga_id,
         phase=phase,

@@ -18,7 +18,7 @@ def desired_canary(data: SpecPulled, *, saga_id: str) -> DesiredRelease:
     return DesiredRelease(
         namespace=run.namespace,
         run_name=run.name,
-        release=release_name(run.name, run.generation),
+        release=release_name(run.namespace, run.name, run.generation),
         revision=data.revision,
         role=ReleaseRole.CANARY,
         saga_id=saga_id,

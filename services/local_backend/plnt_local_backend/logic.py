@@ -258,6 +258,7 @@ def observed(
     return ObservedRelease(
         namespace=key.namespace,
         release=key.release,
+        run_name=desired.run_name,
         revision=desired.revision,
         saga_id=desired.saga_id,
         phase=phase,

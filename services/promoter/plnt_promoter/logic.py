@@ -137,8 +137,8 @@ def followed(
     release reports nothing (or another revision) is left as it is: no news is not an
     outage, and a record of an earlier install must not move a newer route.
     """
-    stable = entry.stable and _followed(entry.name, entry.stable, observed, now)
-    canary = entry.canary and _followed(entry.name, entry.canary, observed, now)
+    stable = entry.stable and _followed(entry, entry.stable, observed, now)
+    canary = entry.canary and _followed(entry, entry.canary, observed, now)
     if stable == entry.stable and canary == entry.canary:
         return entry
     return entry.model_copy(update={"stable": stable, "canary": canary})
@@ -147,16 +147,16 @@ def followed(
 def stepped_back(before: RouteEntry, after: RouteEntry) -> list[str]:
     """Releases of the targets ``after`` marks not serving that ``before`` had serving."""
     return [
-        old.release or release_of_revision(before.name, old.revision)
+        old.release or release_of_revision(before.namespace, before.name, old.revision)
         for old, new in ((before.stable, after.stable), (before.canary, after.canary))
         if old is not None and new is not None and old.serving and not new.serving
     ]
 
 
 def _followed(
-    run_name: str, target: RouteTarget, observed: Mapping[str, ObservedRelease], now: datetime
+    entry: RouteEntry, target: RouteTarget, observed: Mapping[str, ObservedRelease], now: datetime
 ) -> RouteTarget:
-    release = target.release or release_of_revision(run_name, target.revision)
+    release = target.release or release_of_revision(entry.namespace, entry.name, target.revision)
     seen = observed.get(release)
     if seen is None or seen.revision != target.revision:
         return target

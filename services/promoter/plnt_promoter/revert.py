@@ -75,7 +75,7 @@ async def revert(
         log.info("revert.refused", reason="the saga did not end Ready")
         return False
     ready: RunReady = claim.event.payload()
-    kept_release = release_of_revision(name, ready.previous_revision)
+    kept_release = release_of_revision(namespace, name, ready.previous_revision)
     refused, kept = await asyncio.gather(
         _not_kept(bus, claim.event, ready), observed(bus, namespace, kept_release)
     )

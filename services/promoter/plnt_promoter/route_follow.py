@@ -102,8 +102,12 @@ class RouteFollower:
         parts = observed_parts(key)
         if parts is None or not self._hold(key, record, revision):
             return
-        if record is not None:  # no news is not an outage: the route keeps what it had
-            await self._follow(route_key(parts[0], run_of_release(parts[1])))
+        if record is None:  # no news is not an outage: the route keeps what it had
+            return
+        # the record names its run; only a record written before it did is parsed
+        run = record.run_name or run_of_release(parts[1], namespace=parts[0])
+        if run:
+            await self._follow(route_key(parts[0], run))
 
     def _hold(self, key: str, record: ObservedRelease | None, revision: int) -> bool:
         """Keep ``record`` unless a newer one is held already; whether it was kept."""

@@ -30,6 +30,7 @@ MAX_POD_PROBLEMS = 3
 RUNNER_SERVICES = "app.kubernetes.io/part-of=plnt,app.kubernetes.io/component=runner"
 """The label selector of the runner chart's Services."""
 REVISION_LABEL = "plnt.work/revision"
+WORKFLOWRUN_LABEL = "plnt.work/workflowrun"
 
 
 class KubeDeployments:
@@ -131,6 +132,7 @@ def _service_state(
         namespace=namespace,
         port=int(ports[0].get("port") or RUNNER_SERVICE_PORT),
         run_namespace=str(annotations.get(RUN_NAMESPACE) or ""),
+        run_name=str((meta.get("labels") or {}).get(WORKFLOWRUN_LABEL) or ""),
         saga_id=str(annotations.get(SAGA_ID) or ""),
         revision=str((meta.get("labels") or {}).get(REVISION_LABEL) or ""),
         ready=ready,

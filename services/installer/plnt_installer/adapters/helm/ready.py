@@ -83,6 +83,7 @@ def observed_release(found: Found, phase: ReleasePhase, *, message: str) -> Obse
     return ObservedRelease(
         namespace=found.desired.namespace,
         release=found.desired.release,
+        run_name=found.desired.run_name,
         revision=found.desired.revision,
         saga_id=found.desired.saga_id,
         phase=phase,
