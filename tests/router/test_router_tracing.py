@@ -30,7 +30,7 @@ CALLER_SPAN = "00f067aa0ba902b7"
 CALLER_TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
 ANSWER = '{"label": "good"}'
 """What the fake LLM answers every call: a label for the classify step, text for the chat."""
-TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-01")
+TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 
 
 def workflow(steps: Sequence[Mapping[str, object]]) -> bytes:
@@ -140,6 +140,7 @@ async def test_an_invocation_is_one_trace_router_runner_steps_llm_continuing_the
             assert response.status == 200, await response.text()
             answered = TRACEPARENT.fullmatch(response.headers["traceparent"])
         assert answered is not None, response.headers["traceparent"]
+        asked = list(llm.received)  # the requests of this invocation
 
         spans = by_name(await receiver.wait_for(lambda got: len(got) >= 6))
         exemplar = f'# {{trace_id="{CALLER_TRACE}"}}'
@@ -180,8 +181,23 @@ async def test_an_invocation_is_one_trace_router_runner_steps_llm_continuing_the
             assert spans[llm_call].kind == SPAN_KIND_CLIENT
         assert spans["step label"].attributes["plnt.step.tool"] == "llm.classify"
 
+        # The OpenAI-compatible endpoint is traced the same way, in a trace of its own.
+        chat = {"model": "traced", "messages": [{"role": "user", "content": "hello"}]}
+        async with http.post(f"{router}/v1/chat/completions", json=chat) as response:
+            chat_trace = TRACEPARENT.fullmatch(response.headers["traceparent"])
+        assert chat_trace is not None, response.headers["traceparent"]
+        received = await receiver.wait_for(
+            lambda got: (
+                any(s.name == "POST /v1/chat/completions" for s in got)
+                and any(s.name == "POST /invoke" and s.trace_id == chat_trace[1] for s in got)
+            )
+        )
+        in_chat = by_name([span for span in received if span.trace_id == chat_trace[1]])
+        assert in_chat["POST /v1/chat/completions"].parent_id == ""
+        assert in_chat["POST /invoke"].parent_id == chat_trace[2]
+
         # The GenAI attributes equal what the fake LLM was asked and reported.
-        reported = {r.body["model"]: r for r in llm.received}
+        reported = {r.body["model"]: r for r in asked}
         for model in ("m-1", "m-2"):
             attributes = spans[f"chat {model}"].attributes
             request = reported[model]

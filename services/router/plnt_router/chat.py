@@ -14,6 +14,7 @@ import uuid
 
 from aiohttp import hdrs, web
 
+from plnt_common import tracing
 from plnt_router.adapters.upstream import UpstreamReply
 from plnt_router.chat_stream import ChatStream
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
@@ -54,6 +55,8 @@ class ChatHandlers:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/chat/completions``: the model names the workflow."""
         call = Call(namespace=DEFAULT_NAMESPACE, name="")
+        if tracing.ENABLED:
+            return await self._pipeline.traced(request, call, lambda: self._chat(request, call))
         return await self._pipeline.measured(request, call, self._chat(request, call))
 
     async def models(self, request: web.Request) -> web.Response:

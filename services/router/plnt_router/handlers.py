@@ -6,7 +6,6 @@ Nothing here decides routing or talks to runners directly.
 """
 
 from aiohttp import hdrs, web
-from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
@@ -15,8 +14,6 @@ from plnt_router.logic import DEFAULT_NAMESPACE
 from plnt_router.pipeline import Call, CallPipeline
 from plnt_router.responses import REVISION_HEADER, SSE_CONTENT_TYPE, json_error, json_response
 from plnt_router.table import RouteTable
-
-_TRACER = tracing.tracer("plnt.router")
 
 
 class Handlers:
@@ -33,41 +30,8 @@ class Handlers:
             name=request.match_info["name"],
         )
         if tracing.ENABLED:  # the only tracing cost of a call while tracing is off
-            return await self._traced_invoke(request, call)
+            return await self._pipeline.traced(request, call, lambda: self._invoke(request, call))
         return await self._pipeline.measured(request, call, self._invoke(request, call))
-
-    async def _traced_invoke(self, request: web.Request, call: Call) -> web.StreamResponse:
-        """``invoke`` inside the router's server span: a child of the caller's
-        ``traceparent`` when it sent one; the runner gets this span's, the caller too."""
-        route = request.match_info.route.resource
-        span = _TRACER.start_span(
-            f"{request.method} {route.canonical if route is not None else request.path}",
-            context=tracing.extract(request.headers),
-            kind=SpanKind.SERVER,
-            attributes={
-                "http.request.method": request.method,
-                "url.path": request.path,
-                "plnt.workflow.namespace": call.namespace,
-                "plnt.workflow.name": call.name,
-            },
-        )
-        # Made current by hand: start_as_current_span's context manager costs more per call.
-        token = tracing.activate(span)
-        try:
-            call.traceparent = tracing.traceparent(span)
-            response = await self._pipeline.measured(request, call, self._invoke(request, call))
-            status = call.status or response.status
-            span.set_attribute("http.response.status_code", status)
-            if call.revision:
-                span.set_attribute("plnt.revision", call.revision)
-            if status >= 500:
-                span.set_status(StatusCode.ERROR)
-            if not response.prepared:
-                response.headers[tracing.TRACEPARENT] = call.traceparent
-            return response
-        finally:
-            tracing.deactivate(token)
-            span.end()
 
     async def healthz(self, request: web.Request) -> web.Response:
         """200 whenever the process serves HTTP."""
@@ -98,8 +62,6 @@ class Handlers:
         body, _ = await steps.read_object(request)
         stream = SSE_CONTENT_TYPE in request.headers.get(hdrs.ACCEPT, "")
         headers = steps.upstream_headers(request, stream=stream)
-        if call.traceparent:  # the runner's span is a child of the router's
-            headers[tracing.TRACEPARENT] = call.traceparent
         async with steps.slot():
             reply = await steps.open(call, body=body, headers=headers, stream=stream)
             try:

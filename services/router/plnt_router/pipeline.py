@@ -12,11 +12,12 @@ Which revision serves a call is ``logic``'s decision; talking to runners is
 import asyncio
 import hmac
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import hdrs, web
+from opentelemetry.trace import SpanKind, StatusCode
 
 from plnt_common import tracing
 from plnt_common.admission import InFlightLimiter, Saturated
@@ -41,6 +42,7 @@ from plnt_router.settings import RouterSettings
 from plnt_router.table import Route, RouteTable
 
 log = get_logger(__name__)
+_TRACER = tracing.tracer("plnt.router")
 
 INVOKE_PATH = "/invoke"
 MAX_NAMESPACE = 63
@@ -165,6 +167,43 @@ class CallPipeline:
                 exemplar=tracing.exemplar() if call.traceparent else None,
             )
 
+    async def traced(
+        self,
+        request: web.Request,
+        call: Call,
+        work: Callable[[], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        """``measured(work())`` inside the router's server span (tracing on only): a child of
+        the caller's ``traceparent`` when it sent one. ``open`` hands the span's
+        ``traceparent`` to the runner; the answer carries it too."""
+        route = request.match_info.route.resource
+        span = _TRACER.start_span(
+            f"{request.method} {route.canonical if route is not None else request.path}",
+            context=tracing.extract(request.headers),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": request.method, "url.path": request.path},
+        )
+        # Made current by hand: start_as_current_span's context manager costs more per call.
+        token = tracing.activate(span)
+        try:
+            call.traceparent = tracing.traceparent(span)
+            response = await self.measured(request, call, work())
+            status = call.status or response.status
+            span.set_attribute("http.response.status_code", status)
+            if call.name:
+                span.set_attribute("plnt.workflow.namespace", call.namespace)
+                span.set_attribute("plnt.workflow.name", call.name)
+            if call.revision:
+                span.set_attribute("plnt.revision", call.revision)
+            if status >= 500:
+                span.set_status(StatusCode.ERROR)
+            if not response.prepared:
+                response.headers[tracing.TRACEPARENT] = call.traceparent
+            return response
+        finally:
+            tracing.deactivate(token)
+            span.end()
+
     def authorized(self, request: web.Request, namespace: str) -> bool:
         """True when ``namespace`` needs no key or the request carries its bearer key."""
         expected = self._api_keys.get(namespace)
@@ -284,6 +323,8 @@ class CallPipeline:
         The route is looked up again because it may have changed while the call queued.
         Raises 404/503 like ``route``, 502 or 504 when the runner fails.
         """
+        if call.traceparent:  # the runner's span is a child of the router's
+            headers[tracing.TRACEPARENT] = call.traceparent
         route = self.route(call)
         target = route.pick()
         if target is None:  # route() saw a ready target; this keeps the type checker honest
