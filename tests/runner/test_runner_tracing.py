@@ -166,6 +166,12 @@ async def test_without_an_endpoint_nothing_is_set_up_and_no_span_is_made_yet_the
         async with http.post(f"{url}/invoke", json=EXAMPLE_BODY) as response:
             assert response.status == 200
             assert "traceparent" not in response.headers  # none sent: none to continue
+        streamed = {"traceparent": CALLER_TRACEPARENT, "Accept": "text/event-stream"}
+        async with http.post(f"{url}/invoke", json=EXAMPLE_BODY, headers=streamed) as response:
+            assert response.content_type == "text/event-stream"
+            continued = TRACEPARENT.fullmatch(response.headers["traceparent"])
+            await response.read()
+        assert continued is not None and continued.group(1) == CALLER_TRACE
 
 
 @pytest.mark.parametrize(
