@@ -97,6 +97,20 @@ class PullSecretInvalid(PlntError):
     reason = "PullSecretInvalid"
 
 
+class BackendNotAllowed(PlntError):
+    """The PlntBackend a run names refuses it: the run's namespace is outside
+    ``allowedNamespaces`` or its workflow's image outside ``allowedImages``."""
+
+    reason = "BackendNotAllowed"
+
+
+class NoCapacity(InstallFailed):
+    """Installing the canary would make plnt's releases hold more GPUs of a gpuClass than
+    its declared ``capacity``."""
+
+    reason = "NoCapacity"
+
+
 class DependenciesFailed(InstallFailed):
     """pip could not install a requirement of a workflow's code."""
 

@@ -93,6 +93,10 @@ class Reason(StrEnum):
     """The promoted revision broke a guard budget; traffic went back to the previous one."""
     RUNNER_CONTRACT = "RunnerContract"
     """The canary missed a clause of the runner contract (docs/runner-contract.md)."""
+    BACKEND_NOT_ALLOWED = "BackendNotAllowed"
+    """The PlntBackend refuses the run's namespace (allowedNamespaces) or image (allowedImages)."""
+    NO_CAPACITY = "NoCapacity"
+    """The canary would hold more GPUs of its class than the gpuClass's capacity."""
 
 
 class ServingReason(StrEnum):

@@ -479,7 +479,8 @@ def test_watcher_may_manage_workflowruns_events_and_its_lease_only() -> None:
 def test_puller_may_only_read_backends_and_get_pull_secrets_in_the_release_namespace() -> None:
     docs = _render({})
     assert _rules(one(docs, "ClusterRole", "plnt-puller")) == [
-        (("plnt.work",), ("plntbackends",), ("get", "list", "watch"))
+        (("plnt.work",), ("plntbackends",), ("get", "list", "watch")),
+        (("",), ("namespaces",), ("get",)),  # their labels, for allowedNamespaces
     ]
     roles = [d for d in select(docs, "Role") if "puller" in d["metadata"]["name"]]
     assert [(d["metadata"]["name"], d["metadata"]["namespace"]) for d in roles] == [

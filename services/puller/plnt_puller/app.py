@@ -24,7 +24,7 @@ from plnt_puller.adapters.registries import RegistryByScheme
 from plnt_puller.adapters.s3_registry import S3Registry
 from plnt_puller.adapters.spec_store import ObjectStoreSpecs
 from plnt_puller.handlers import PullHandler
-from plnt_puller.ports import PullSecrets, Registry
+from plnt_puller.ports import NamespaceLabels, PullSecrets, Registry
 from plnt_puller.settings import PullerSettings
 
 SERVICE = "puller"
@@ -64,9 +64,10 @@ def oci_client(settings: PullerSettings) -> OciClient:
 @contextlib.asynccontextmanager
 async def kubernetes_reads(
     settings: PullerSettings,
-) -> AsyncIterator[tuple[BackendCatalog, PullSecrets] | None]:
-    """With ``backends=kubernetes``: the PlntBackend reader and the pull-secret reader, one
-    API client between them, closed on exit; None in the embedded mode (no Kubernetes).
+) -> AsyncIterator[tuple[BackendCatalog, PullSecrets, NamespaceLabels] | None]:
+    """With ``backends=kubernetes``: the PlntBackend, pull-secret and namespace-label
+    readers, one API client between them, closed on exit; None in the embedded mode (no
+    Kubernetes).
 
     Raises ``KubernetesUnavailable`` when the Kubernetes API is chosen and neither a
     kubeconfig nor a service account is found, so a misconfigured puller stops at start-up.
@@ -76,12 +77,13 @@ async def kubernetes_reads(
         return
     # Imported here so the embedded mode never loads the Kubernetes client.
     from plnt_common.kube import PlntBackendReader, api_client
+    from plnt_puller.adapters.namespaces import KubeNamespaceLabels
     from plnt_puller.adapters.pull_secrets import KubePullSecrets
 
     api = api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
     reader = PlntBackendReader(api=api)
     try:
-        yield reader, KubePullSecrets(api=api)
+        yield reader, KubePullSecrets(api=api), KubeNamespaceLabels(api=api)
     finally:
         await reader.close()
 
@@ -109,6 +111,7 @@ async def run(settings: PullerSettings, stop: asyncio.Event) -> None:
                 specs=ObjectStoreSpecs(js=bus.js),
                 max_attempts=settings.max_attempts,
                 pull_secrets=reads[1] if reads is not None else None,
+                namespaces=reads[2] if reads is not None else None,
             )
             app = service_app(bus, consumer_spec(settings), emits=EMITS, handlers=handler)
             await app.run(stop)

@@ -34,7 +34,7 @@ from plnt_common.saga import SagaState
 from plnt_common.tasks import discard, discarded_on_error
 from plnt_common.workflow import CodeArchive, spec_digest
 from plnt_puller import logic
-from plnt_puller.ports import PullSecrets, Registry, SpecStore
+from plnt_puller.ports import NamespaceLabels, PullSecrets, Registry, SpecStore
 
 SOURCE = "puller"
 
@@ -53,6 +53,9 @@ class PullHandler:
     pull_secrets: PullSecrets | None = None
     """Where runs' ``spec.workflow.pullSecret`` is read; None without Kubernetes access,
     where a run naming one fails ``PullSecretInvalid``."""
+    namespaces: NamespaceLabels | None = None
+    """Where the labels of runs' namespaces are read for ``allowedNamespaces``; None
+    without Kubernetes access (the embedded mode), where namespaces have no labels."""
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         """Publish ``spec.pulled`` or ``run.failed`` for ``event``, or nothing if it ended.
@@ -141,6 +144,7 @@ class PullHandler:
         checked = logic.check_backend(
             name=selection.cluster, backend=backend, gpu_class=selection.gpu_class
         )
+        await self._check_allowed(run, selection.cluster, checked, workflow.spec.runtime.image)
         if workflow.spec.runtime.code is not None:
             await self._pull_code(run, workflow.spec.runtime.code, logins)
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
@@ -154,6 +158,23 @@ class PullHandler:
             workflow=workflow,
             backend_name=selection.cluster,
             backend=checked,
+        )
+
+    async def _check_allowed(
+        self, run: RunSnapshot, name: str, backend: PlntBackendSpec, image: str
+    ) -> None:
+        """Raise ``BackendNotAllowed`` when ``backend`` refuses the run's image or namespace;
+        the namespace's labels are read only when the backend selects namespaces."""
+        logic.check_image_allowed(name=name, backend=backend, image=image)
+        if backend.allowed_namespaces is None:
+            return
+        labels = (
+            await self.namespaces.labels(namespace=run.namespace)
+            if self.namespaces is not None
+            else {}
+        )
+        logic.check_namespace_allowed(
+            name=name, backend=backend, namespace=run.namespace, labels=labels
         )
 
     async def _pull_code(

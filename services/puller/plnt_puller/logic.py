@@ -7,10 +7,12 @@ whether the named backend can serve the run, and which outcome event an error le
 publish anything; ``handlers`` act on these answers.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from plnt_common.code_archive import check_archive
 from plnt_common.errors import (
+    BackendNotAllowed,
     BackendUnavailable,
     CodeInvalid,
     IntegrityMismatch,
@@ -22,6 +24,7 @@ from plnt_common.errors import (
     SpecInvalid,
 )
 from plnt_common.events import RunFailed, RunSnapshot, SpecPulled
+from plnt_common.label_selector import describe, selects
 from plnt_common.releases import revision_label
 from plnt_common.resources import PlntBackendSpec, Verify
 from plnt_common.signatures import KeyInvalid, parse_public_key
@@ -42,6 +45,7 @@ FAILS_AT_ONCE = frozenset(
         Reason.SIGNATURE_MISSING,
         Reason.SIGNATURE_INVALID,
         Reason.PULL_SECRET_INVALID,
+        Reason.BACKEND_NOT_ALLOWED,
     }
 )
 """Errors no retry can fix: the run (or the registry's content) must change first."""
@@ -160,6 +164,37 @@ def check_backend(
             f"PlntBackend {name!r} does not offer gpuClass {gpu_class!r} (offered: {offered})"
         )
     return backend
+
+
+def check_namespace_allowed(
+    *, name: str, backend: PlntBackendSpec, namespace: str, labels: Mapping[str, str]
+) -> None:
+    """Nothing when ``backend.allowedNamespaces`` is absent or selects ``labels`` (the run's
+    namespace's); raises ``BackendNotAllowed`` naming the selector and the namespace.
+
+    In the embedded mode namespaces have no labels: a selector with any requirement that
+    empty labels do not meet refuses every run there.
+    """
+    chosen = backend.allowed_namespaces
+    if chosen is None or selects(chosen, labels):
+        return
+    shown = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "no labels"
+    raise BackendNotAllowed(
+        f"PlntBackend {name!r} allows namespaces selected by allowedNamespaces "
+        f"{describe(chosen)!r}; namespace {namespace!r} ({shown}) is not one of them"
+    )
+
+
+def check_image_allowed(*, name: str, backend: PlntBackendSpec, image: str) -> None:
+    """Nothing when ``backend.allowedImages`` is absent or a prefix of ``image``; raises
+    ``BackendNotAllowed`` naming the prefixes and the image."""
+    prefixes = backend.allowed_images
+    if prefixes is None or any(image.startswith(prefix) for prefix in prefixes):
+        return
+    raise BackendNotAllowed(
+        f"PlntBackend {name!r} allows images starting with allowedImages "
+        f"{', '.join(prefixes) or '(none)'}; the workflow's runtime.image {image!r} does not"
+    )
 
 
 def spec_pulled(

@@ -65,6 +65,19 @@ class PullSecrets(Protocol):
         ...
 
 
+class NamespaceLabels(Protocol):
+    """The labels of the namespaces runs live in, for ``PlntBackend.spec.allowedNamespaces``."""
+
+    async def labels(self, *, namespace: str) -> dict[str, str]:
+        """The labels of Namespace ``namespace`` (empty when it has none).
+
+        Raises ``BackendNotAllowed`` when the Namespace does not exist or may not be read
+        (nothing can show the run is allowed), ``KubernetesUnavailable`` (retryable) when
+        the API server did not answer.
+        """
+        ...
+
+
 class SpecStore(Protocol):
     """Content-addressed storage of pulled spec bytes (``plnt-specs``)."""
 
