@@ -479,3 +479,21 @@ def test_both_monitors_at_once_are_refused_with_a_message() -> None:
     )
     with pytest.raises(helm_python.HelmRenderError, match="each pod would be scraped twice"):
         render(PLNT_CHART, values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"prometheusRule": {"latencyP95": {"window": "5 minutes"}}},
+        {"prometheusRule": {"queueSaturation": {"ratio": 2}}},
+        {"prometheusRule": {"sagaFailed": {"threshold": 0}}},
+        {"prometheusRule": {"serviceDown": {"severity": ""}}},
+        {"podMonitor": {"interval": "often"}},
+        {"grafana": {"dashboards": {"label": "not a label"}}},
+        {"serviceMonitor": {"enable": True}},
+    ],
+    ids=["window", "ratio", "threshold", "severity", "interval", "label", "typo"],
+)
+def test_values_schema_rejects_bad_observability_values(values: dict[str, Any]) -> None:
+    with pytest.raises(helm_python.HelmValuesError):
+        render(PLNT_CHART, with_router_keys(values))
