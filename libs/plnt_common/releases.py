@@ -55,6 +55,23 @@ def kube_observed_key(namespace: str, release: str) -> str:
     return f"{KUBE_OBSERVED_PREFIX}.{namespace}.{release}"
 
 
+def may_be_release_of(release: str, *, namespace: str, run_name: str) -> bool:
+    """Whether ``release`` can be a ``release_name`` of ``namespace``/``run_name``: a cheap
+    filter before reading a release's records, which say for sure (a hashed name's head
+    may be shared by other runs)."""
+    head = f"{namespace}-{run_name}-g"
+    if release.startswith(head) and release[len(head) :].isdigit():
+        return True
+    cut, dash, digest = release[:-_HASH_LEN], release[-_HASH_LEN - 1], release[-_HASH_LEN:]
+    if len(release) != HELM_RELEASE_NAME_MAX or dash != "-" or not _is_hex(digest):
+        return False
+    return head.startswith(cut[:-1]) or cut[:-1].startswith(head)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
 def run_of_release(release: str, *, namespace: str) -> str:
     """The WorkflowRun of an unhashed ``release_name`` in ``namespace``; "" when unknown.
 

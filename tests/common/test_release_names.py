@@ -6,6 +6,7 @@ import pytest
 
 from plnt_common.releases import (
     HELM_RELEASE_NAME_MAX,
+    may_be_release_of,
     release_name,
     release_of_revision,
     revision_label,
@@ -64,3 +65,21 @@ def test_run_of_release_undoes_only_an_unhashed_name_of_its_namespace() -> None:
     assert run_of_release("team-a-shop-g2", namespace="team-b") == ""
     hashed = release_name("n" * 40, "r" * 40, 1)
     assert run_of_release(hashed, namespace="n" * 40) == ""
+
+
+@pytest.mark.parametrize(
+    ("namespace", "run"),
+    [("team-a", "shop"), ("n" * 40, "r" * 40), ("team-with-a-long-name", "a-long-run-name-x")],
+)
+def test_a_run_s_own_release_names_pass_the_cheap_filter(namespace: str, run: str) -> None:
+    for generation in (1, 12, 345):
+        name = release_name(namespace, run, generation)
+        assert may_be_release_of(name, namespace=namespace, run_name=run), name
+
+
+def test_other_runs_release_names_do_not_pass_the_cheap_filter() -> None:
+    assert not may_be_release_of("team-a-shop-g1", namespace="team-b", run_name="shop")
+    assert not may_be_release_of("team-a-shop-g1", namespace="team-a", run_name="sho")
+    assert not may_be_release_of("team-a-shopper-g1", namespace="team-a", run_name="shop")
+    long_other = release_name("n" * 40, "other-run-with-a-long-name", 1)
+    assert not may_be_release_of(long_other, namespace="n" * 40, run_name="r" * 40)

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from plnt_common.errors import SpecNotFound
 from plnt_common.events import RunSnapshot, SpecPulled
-from plnt_common.releases import DesiredRelease, ReleaseRole, revision_label
+from plnt_common.releases import DesiredRelease, ReleaseRole, release_name, revision_label
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.workflow import spec_digest
 from plnt_installer import logic
@@ -45,7 +45,7 @@ REMOTE = "gpu-west"
 SAGA = f"{RUN_NS}.{RUN}.1.1"
 OWN = "own"
 """The fake helm's name for the cluster reached without --kubeconfig."""
-RELEASE = f"{RUN}-g1"
+RELEASE = release_name(RUN_NS, RUN, 1)
 
 SPEC = b"""\
 apiVersion: microagents.dev/v1

@@ -40,7 +40,7 @@ from installer_helm_support import (
 )
 
 from plnt_common.errors import BackendUnavailable, InstallFailed
-from plnt_common.releases import ObservedRelease, ReleasePhase, ReleaseRole
+from plnt_common.releases import ObservedRelease, ReleasePhase, ReleaseRole, release_name
 from plnt_installer.adapters.helm.backend import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.kube_errors import ReleaseBusy
@@ -307,6 +307,7 @@ async def test_wait_ready_polls_the_deployment_until_every_replica_is_ready(
     assert observed == ObservedRelease(
         namespace=RUN_NS,
         release=RELEASE,
+        run_name=RUN,
         revision="1.2.0-g1",
         saga_id=SAGA,
         phase=ReleasePhase.READY,
@@ -424,9 +425,11 @@ async def test_releases_lists_canary_and_stable_of_the_run_across_backends(
 
     assert [(r.release, r.role, r.saga_id) for r in listed] == [
         (RELEASE, ReleaseRole.STABLE, SAGA),
-        (f"{RUN}-g2", ReleaseRole.CANARY, f"{RUN_NS}.{RUN}.2.1"),
+        (release_name(RUN_NS, RUN, 2), ReleaseRole.CANARY, f"{RUN_NS}.{RUN}.2.1"),
     ]
-    assert fake_helm.statuses(f"{RUN}-g2", cluster=remote_server) == [(1, "deployed")]
+    assert fake_helm.statuses(release_name(RUN_NS, RUN, 2), cluster=remote_server) == [
+        (1, "deployed")
+    ]
     lists = [call for call in fake_helm.calls() if call["command"] == "list"]
     assert [(call["argv"][: len(helm_list())], call["cluster"]) for call in lists] == [
         (helm_list(), "own"),

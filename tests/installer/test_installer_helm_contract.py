@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from installer_helm_support import RELEASE, FakeCluster, desired, spec_pulled
+from installer_helm_support import FakeCluster, desired, spec_pulled
 
 from plnt_common.bus.bus import Bus
 from plnt_common.events import SpecPulled
@@ -176,4 +176,4 @@ class TestReleaseBackendContract:
         assert [
             r.release
             for r in await backend.releases(namespace=release.namespace, run_name=release.run_name)
-        ] == [RELEASE]
+        ] == [release.release]

@@ -15,7 +15,7 @@ from plnt_installer.adapters.kube_readiness import KubeDeployments
 from plnt_installer.readiness import DeploymentState
 from plnt_testkit.kube_emulator import KubeEmulator
 
-NAME = "review-responder-g1"
+NAME = "default-review-responder-g1"
 
 
 def _kubeconfig_files(root: Path) -> list[Path]:

@@ -4,14 +4,13 @@ A release's values (``helm_values``) record its run, so a release is found from 
 alone; one of another namespace's run (or not plnt's) is not ours.
 """
 
-import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from plnt_common.errors import BackendUnavailable, PlntError
 from plnt_common.events import SpecPulled
 from plnt_common.logs import get_logger
-from plnt_common.releases import DesiredRelease
+from plnt_common.releases import DesiredRelease, may_be_release_of
 from plnt_common.resources import KubernetesTarget, PlntBackendSpec
 from plnt_installer.adapters.helm_cli import HelmRelease, ReleaseMissing
 from plnt_installer.adapters.helm_values import desired_from_values
@@ -110,10 +109,9 @@ class ReleaseFinder:
         self, target: Target, *, namespace: str, run_name: str
     ) -> list[DesiredRelease]:
         conn = await self.connect(target)
-        ours = re.compile(rf"^{re.escape(run_name)}-g[0-9]+$")
         found: list[DesiredRelease] = []
         for name in await conn.helm.names(namespace=conn.namespace):
-            if not ours.match(name):
+            if not may_be_release_of(name, namespace=namespace, run_name=run_name):
                 continue
             try:
                 values = await conn.helm.values(namespace=conn.namespace, name=name)
