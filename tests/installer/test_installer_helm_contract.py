@@ -165,6 +165,16 @@ class TestReleaseBackendContract:
 
         assert removed is False
 
+    async def test_every_release_lists_the_releases_of_every_run(self, harness: Harness) -> None:
+        release, backend = harness.release, harness.backend
+        await backend.install(release, pulled=harness.pulled)
+
+        listed = await backend.every_release(pulled=harness.pulled)
+
+        assert [(r.namespace, r.release, r.gpu_count) for r in listed] == [
+            (release.namespace, release.release, release.gpu_count)
+        ]
+
     async def test_releases_of_other_runs_and_namespaces_are_not_listed(
         self, harness: Harness
     ) -> None:

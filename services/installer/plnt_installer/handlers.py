@@ -33,6 +33,7 @@ from plnt_common.releases import DesiredRelease, ObservedRelease, ReleaseRole, r
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
 from plnt_installer import keep, logic
+from plnt_installer.capacity import capacity_refusal
 from plnt_installer.ports import ReleaseBackend
 
 log = get_logger(__name__)
@@ -123,6 +124,8 @@ class InstallerHandlers:
         if backend is None:
             return
         desired = logic.desired_canary(data, saga_id=event.sagaid)
+        if not await self._fits_capacity(event, data, backend, desired):
+            return
         if not await self._install_canary(event, data, backend, desired):
             return
         observed = await self._wait_ready(event, data, backend, desired)
@@ -154,6 +157,26 @@ class InstallerHandlers:
             )
             await self._end(event, EventType.RUN_FAILED, unavailable)
         return backend
+
+    async def _fits_capacity(
+        self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
+    ) -> bool:
+        """Whether the canary fits its gpuClass's capacity; if not the saga ended Failed
+        NoCapacity and nothing was installed (a stable keeps serving)."""
+        gpu_class = data.backend.gpu_classes.get(desired.gpu_class or "")
+        if gpu_class is None or gpu_class.capacity == 0:
+            return True  # not declared: no listing of releases
+        refusal = capacity_refusal(
+            canary=desired,
+            held=await backend.every_release(pulled=data),
+            backend_name=data.backend_name,
+            backend=data.backend,
+        )
+        if refusal is None:
+            return True
+        failed = RunFailed(reason=Reason.NO_CAPACITY, message=refusal, phase=Phase.INSTALLING)
+        await self._end(event, EventType.RUN_FAILED, failed)
+        return False
 
     async def _install_canary(
         self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease

@@ -37,5 +37,9 @@ class ReleaseBackend(Protocol):
     async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
         """Every release of one run, canary and stable."""
 
+    async def every_release(self, *, pulled: SpecPulled) -> list[DesiredRelease]:
+        """Every plnt release, of any run, where ``pulled``'s PlntBackend installs
+        (what ``capacity`` counts the GPUs of)."""
+
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
         """What the backend reports for ``release``; None when it reports nothing."""

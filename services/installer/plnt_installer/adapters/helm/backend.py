@@ -113,6 +113,9 @@ class HelmReleaseBackend:
     async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
         return await self._finder.releases(namespace=namespace, run_name=run_name)
 
+    async def every_release(self, *, pulled: SpecPulled) -> list[DesiredRelease]:
+        return await self._finder.every_release(Target.of(pulled))
+
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
         found = await self._finder.locate(namespace=namespace, release=release)
         return None if found is None else await ready.observe(found)

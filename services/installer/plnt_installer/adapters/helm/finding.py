@@ -105,6 +105,20 @@ class ReleaseFinder:
                 _skip_or_raise(target, exc)
         return sorted(found, key=lambda r: r.release)
 
+    async def every_release(self, target: Target) -> list[DesiredRelease]:
+        """Every plnt release in ``target``'s cluster namespace, of any run."""
+        conn = await self.connect(target)
+        found: list[DesiredRelease] = []
+        for name in await conn.helm.names(namespace=conn.namespace):
+            try:
+                values = await conn.helm.values(namespace=conn.namespace, name=name)
+            except ReleaseMissing:  # uninstalled since the listing
+                continue
+            desired = desired_from_values(name=name, values=values)
+            if desired is not None:
+                found.append(desired)
+        return found
+
     async def _listed(
         self, target: Target, *, namespace: str, run_name: str
     ) -> list[DesiredRelease]:
