@@ -140,6 +140,9 @@ class DesiredRelease(BaseModel):
     gpu_class: str | None = None
     gpu_count: int = 0
     llm: LlmConfig = Field(default_factory=LlmConfig)
+    backend_name: str = ""
+    """The PlntBackend it was installed onto (empty in records written before it was kept):
+    whose gpuClasses' capacity it counts against."""
 
 
 class ReleasePhase(StrEnum):

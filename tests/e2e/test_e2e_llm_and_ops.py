@@ -75,7 +75,7 @@ async def client(stack: Supervisor, fake_llm: FakeLLM) -> AsyncIterator[Client]:
             "spec": {
                 "type": "local",
                 "gpuClasses": {
-                    "nvidia.com/h100": {"resourceName": "nvidia.com/gpu", "capacity": 1}
+                    "nvidia.com/h100": {"resourceName": "nvidia.com/gpu", "capacity": 8}
                 },
                 "llm": {
                     "baseUrl": fake_llm.base_url,

@@ -166,10 +166,12 @@ class TestReleaseBackendContract:
         assert removed is False
 
     async def test_every_release_lists_the_releases_of_every_run(self, harness: Harness) -> None:
-        release, backend = harness.release, harness.backend
+        pulled = harness.pulled or spec_pulled()  # the local backend installs without one
+        backend = harness.backend
+        release = harness.release.model_copy(update={"backend_name": pulled.backend_name})
         await backend.install(release, pulled=harness.pulled)
 
-        listed = await backend.every_release(pulled=harness.pulled)
+        listed = await backend.every_release(pulled=pulled)
 
         assert [(r.namespace, r.release, r.gpu_count) for r in listed] == [
             (release.namespace, release.release, release.gpu_count)

@@ -381,6 +381,7 @@ def test_a_canary_release_is_desired_from_the_pulled_spec_and_its_backend() -> N
         gpu_class="nvidia.com/h100",
         gpu_count=2,
         llm=LlmConfig(base_url="https://llm.example/v1", model="m", api_key_env="KEY"),
+        backend_name="c",
     )
     offline = installer.desired_canary(pulled(replicas_min=0, llm=None), saga_id="team.wf.3.1")
     assert (offline.replicas, offline.llm) == (1, LlmConfig())

@@ -27,6 +27,7 @@ def desired_canary(data: SpecPulled, *, saga_id: str) -> DesiredRelease:
         replicas=max(1, run.spec.replicas.min),
         gpu_class=run.spec.backend.gpu_class,
         gpu_count=run.spec.backend.gpu_count,
+        backend_name=data.backend_name,
         llm=LlmConfig(
             base_url=llm.base_url,
             model=llm.model,

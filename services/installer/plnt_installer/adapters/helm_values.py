@@ -180,6 +180,7 @@ def desired_from_values(*, name: str, values: dict[str, Any]) -> DesiredRelease 
             workflow_name=annotations[WORKFLOW],
             replicas=int(values["replicas"]["min"]),
             gpu_class=annotations.get(GPU_CLASS) or None,
+            backend_name=annotations.get(BACKEND) or "",
             gpu_count=int((values.get("gpu") or {}).get("count") or 0),
             llm=LlmConfig(
                 base_url=llm.get("baseUrl") or "",

@@ -187,13 +187,14 @@ class LocalReleaseBackend:
         return sorted(found, key=lambda r: r.release)
 
     async def every_release(self, *, pulled: SpecPulled) -> list[DesiredRelease]:
-        """Every desired release of the local-backend, of any namespace and run."""
+        """Every desired release of the local-backend installed onto ``pulled``'s
+        PlntBackend, of any namespace and run."""
         try:
             stored = await kv_snapshot(self._nc, subjects.RELEASES_BUCKET, f"{DESIRED_PREFIX}.>")
         except _TRANSIENT as exc:
             raise BusUnavailable(f"listing releases: {exc!r}") from None
         found = [_parse(key, value, DesiredRelease) for key, (_, value) in stored.items()]
-        return [record for record in found if record is not None]
+        return [r for r in found if r is not None and r.backend_name == pulled.backend_name]
 
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
         """The observed record; None when the local-backend reports nothing (or garbage)."""

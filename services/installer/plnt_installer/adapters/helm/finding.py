@@ -106,7 +106,8 @@ class ReleaseFinder:
         return sorted(found, key=lambda r: r.release)
 
     async def every_release(self, target: Target) -> list[DesiredRelease]:
-        """Every plnt release in ``target``'s cluster namespace, of any run."""
+        """Every plnt release installed onto ``target``, of any run (its cluster namespace
+        may hold other PlntBackends' too: the BACKEND annotation says whose)."""
         conn = await self.connect(target)
         found: list[DesiredRelease] = []
         for name in await conn.helm.names(namespace=conn.namespace):
@@ -115,7 +116,7 @@ class ReleaseFinder:
             except ReleaseMissing:  # uninstalled since the listing
                 continue
             desired = desired_from_values(name=name, values=values)
-            if desired is not None:
+            if desired is not None and desired.backend_name == target.name:
                 found.append(desired)
         return found
 
