@@ -2,12 +2,15 @@
 promptly whether or not it ever reached NATS."""
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -153,6 +156,18 @@ def test_a_service_waiting_for_an_unreachable_nats_exits_soon_after_sigterm() ->
     assert '"service.stopped"' in output
 
 
+def _log_times(output: str) -> dict[str, float]:
+    """Each logged event's last time, in seconds, from a service's JSON log lines."""
+    times = {}
+    for line in output.splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and "timestamp" in entry:
+                stamp = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
+                times[entry["event"]] = stamp.timestamp()
+    return times
+
+
 def test_a_service_whose_nats_went_away_exits_soon_after_sigterm(tmp_path: Path) -> None:
     server = NatsServer(store_dir=tmp_path / "nats", port=free_port()).start()
     watcher = subprocess.Popen(
@@ -169,7 +184,12 @@ def test_a_service_whose_nats_went_away_exits_soon_after_sigterm(tmp_path: Path)
         sent = time.monotonic()
         watcher.send_signal(signal.SIGTERM)
         output, _ = watcher.communicate(timeout=15)
-        assert time.monotonic() - sent < 2.0, output
+        # the stop itself, by the service's own clock: before, each consumer waited out a
+        # request timeout (5 s) against the dead server. The process's exit after it is
+        # the interpreter's teardown, seconds on a machine with every core busy.
+        stopping = _log_times(output)
+        assert stopping["service.stopped"] - stopping["service.cancelling"] < 2.0, output
+        assert time.monotonic() - sent < 10.0, output
         assert watcher.returncode == 0, output
     finally:
         watcher.kill()
