@@ -19,6 +19,7 @@ from test_e2e_saga import EXAMPLE_BODY
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
+from plnt_common.releases import release_name
 from plnt_testkit.code_archives import build_wheel, code_archive, offline_pip_env, publish_code
 
 REQUIREMENT = "plnt_testwheel==1.0.0"
@@ -191,7 +192,9 @@ async def test_code_with_a_requirement_deploys_ready_imports_it_and_a_second_rev
     await client.apply(run_document(name, registry=registry))
     ready = await ended(client, name, "Ready")
     first_s = time.monotonic() - started
-    assert (release_dir(stack, f"{name}-g1") / "code-ran").read_text() == "1.0.0"
+    assert (
+        release_dir(stack, release_name("default", name, 1)) / "code-ran"
+    ).read_text() == "1.0.0"
     code, revision, answer = await invoke(ready["status"]["endpoint"], EXAMPLE_BODY)
     assert (code, revision) == (200, "1.0.0-g1"), answer
     assert installs(stack, digest) == 1
@@ -201,7 +204,9 @@ async def test_code_with_a_requirement_deploys_ready_imports_it_and_a_second_rev
     await client.apply(run_document(name, registry=registry, ref=f"{name}@2.0.0"))
     await ended(client, name, "Ready", generation=2)
     second_s = time.monotonic() - started
-    assert (release_dir(stack, f"{name}-g2") / "code-ran").read_text() == "1.0.0"
+    assert (
+        release_dir(stack, release_name("default", name, 2)) / "code-ran"
+    ).read_text() == "1.0.0"
     assert installs(stack, digest) == 1, "the second revision of the same code ran pip again"
     print(f"apply -> Ready with code and 1 requirement: {first_s:.1f}s, cached: {second_s:.1f}s")
 
@@ -216,7 +221,9 @@ async def test_two_runs_sharing_code_applied_together_install_it_once(
     await asyncio.gather(*(client.apply(run_document(name, registry=registry)) for name in names))
     for name in names:
         await ended(client, name, "Ready")
-        assert (release_dir(stack, f"{name}-g1") / "code-ran").read_text() == "1.0.0"
+        assert (
+            release_dir(stack, release_name("default", name, 1)) / "code-ran"
+        ).read_text() == "1.0.0"
     assert installs(stack, digest) == 1
 
 
@@ -235,8 +242,8 @@ async def test_an_archive_that_does_not_match_its_digest_fails_code_invalid_and_
     assert pinned in body["status"]["message"] and "does not match its digest" in data.message
     assert reasons(body) >= {"CodeInvalid"}, body["status"]["conditions"]
     assert await client.release_keys(name) == [
-        f"desired.default.{name}-g1",
-        f"observed.default.{name}-g1",
+        f"desired.default.{release_name('default', name, 1)}",
+        f"observed.default.{release_name('default', name, 1)}",
     ]
     await assert_stable_serves(endpoint)
 
@@ -256,7 +263,7 @@ async def test_a_requirement_pip_cannot_install_rolls_back_dependencies_failed_n
     assert f"pip could not install {missing}" in data.message, data.message
     assert reasons(body) >= {"DependenciesFailed"}, body["status"]["conditions"]
     assert body["status"]["revision"] == "1.0.0-g1"
-    assert not (release_dir(stack, f"{name}-g2") / "code-ran").exists()
+    assert not (release_dir(stack, release_name("default", name, 2)) / "code-ran").exists()
     await assert_stable_serves(endpoint)
 
 

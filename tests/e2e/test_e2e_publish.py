@@ -23,6 +23,7 @@ from test_e2e_saga import EXAMPLE_BODY
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
+from plnt_common.releases import release_name
 from plnt_common.signatures import generate
 from plnt_testkit.code_archives import build_wheel, code_archive, offline_pip_env
 from plnt_testkit.moto_s3 import moto_s3_server
@@ -159,7 +160,9 @@ async def test_code_with_a_requirement_published_to_s3_deploys_ready_and_its_too
     document = run_document(name, registry=registry, integrity=pins["integrityHash"])
     await client.apply(with_verify(document, registry=f"s3://{BUCKET}/team"))
     await assert_ready_and_serving(client, name, pins["integrityHash"])
-    assert (release_dir(stack, f"{name}-g1") / "tool-ran").read_text() == "1.0.0"
+    assert (
+        release_dir(stack, release_name("default", name, 1)) / "tool-ran"
+    ).read_text() == "1.0.0"
 
 
 async def test_a_signed_spec_with_code_on_a_file_registry_is_verified_and_ready(
@@ -179,7 +182,9 @@ async def test_a_signed_spec_with_code_on_a_file_registry_is_verified_and_ready(
     document = run_document(name, registry=registry, integrity=pins["integrityHash"])
     await client.apply(with_verify(document, other, key.public().encoded()))
     await assert_ready_and_serving(client, name, pins["integrityHash"])
-    assert (release_dir(stack, f"{name}-g1") / "tool-ran").read_text() == "1.0.0"
+    assert (
+        release_dir(stack, release_name("default", name, 1)) / "tool-ran"
+    ).read_text() == "1.0.0"
 
 
 async def test_a_code_archive_swapped_after_signing_fails_code_invalid_and_installs_nothing(

@@ -24,6 +24,7 @@ from test_e2e_publish import assert_ready_and_serving, code_folder, spec_file, w
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
+from plnt_common.releases import release_name
 from plnt_common.signatures import generate
 from plnt_testkit.code_archives import build_wheel, offline_pip_env
 from plnt_testkit.oci_registry import (
@@ -111,7 +112,9 @@ async def test_signed_code_published_to_oci_deploys_ready_and_its_tool_runs(
     document = run_document(name, registry=registry, integrity=pins["integrityHash"])
     await client.apply(on_oci(with_verify(document, key.public().encoded()), url))
     await assert_ready_and_serving(client, name, pins["integrityHash"])
-    assert (release_dir(stack, f"{name}-g1") / "tool-ran").read_text() == "1.0.0"
+    assert (
+        release_dir(stack, release_name("default", name, 1)) / "tool-ran"
+    ).read_text() == "1.0.0"
 
 
 async def test_a_run_on_an_oci_registry_it_has_no_login_for_fails_registry_unavailable(

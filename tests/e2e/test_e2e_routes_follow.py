@@ -27,6 +27,7 @@ from stack_support import (
 from plnt_cli import render
 from plnt_cli.supervisor import Supervisor
 from plnt_common.bus.bus import Bus
+from plnt_common.releases import release_name
 from plnt_common.routes import RouteEntry
 
 BACK_WITHIN_S = 15.0
@@ -43,7 +44,7 @@ async def route_of(client: Client, name: str) -> RouteEntry:
 
 
 async def observed_pid(client: Client, name: str) -> int:
-    entry = await client.bus.releases.get(f"observed.default.{name}-g1")
+    entry = await client.bus.releases.get(f"observed.default.{release_name('default', name, 1)}")
     return int(json.loads(entry.value or b"{}")["pid"])
 
 

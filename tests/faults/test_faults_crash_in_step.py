@@ -39,6 +39,7 @@ from stack_support import Client, invoke, publish_spec, run_document, workflow_n
 from plnt_cli.supervisor import Supervisor
 from plnt_common import subjects
 from plnt_common.events import EventType
+from plnt_common.releases import release_name
 from plnt_common.routes import RouteEntry
 
 POINTS = (
@@ -185,8 +186,8 @@ async def test_sigkill_at_every_fault_point_ends_every_saga_once_with_each_side_
         terminals = Counter((e.sagaid, e.event_type) for e in events if e.event_type.is_terminal)
         assert terminals == {(f"default.{name}.1.1", EventType.RUN_READY): 1}, (name, terminals)
         assert await client.release_keys(name) == [
-            f"desired.default.{name}-g1",
-            f"observed.default.{name}-g1",
+            f"desired.default.{release_name('default', name, 1)}",
+            f"observed.default.{release_name('default', name, 1)}",
         ]
         pids = await client.observed_pids(name)
         assert len(pids) == 1 and os.kill(pids[0], 0) is None, (name, pids)
