@@ -31,7 +31,7 @@ def test_two_namespaces_runs_of_one_name_never_meet() -> None:
     [
         ("a" * 63, "b" * 63),
         ("team-a", "r" * 45),
-        ("x" * 30, "y-" * 20 + "z"),  # a cut that would end on "-"
+        ("x" * 31, "y-" * 20 + "z"),  # a cut that would end on "-"
     ],
 )
 def test_a_long_name_is_cut_to_helm_s_limit_with_a_hash_and_stays_a_label(
@@ -41,6 +41,7 @@ def test_a_long_name_is_cut_to_helm_s_limit_with_a_hash_and_stays_a_label(
     assert len(name) <= HELM_RELEASE_NAME_MAX
     assert DNS_1123_LABEL.match(name), name
     assert re.search(r"-[0-9a-f]{8}$", name), name
+    assert "--" not in name, name  # the cut's trailing "-" is not doubled before the hash
 
 
 def test_long_names_sharing_a_head_differ_by_their_hash() -> None:
