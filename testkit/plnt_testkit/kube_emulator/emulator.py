@@ -8,6 +8,7 @@ thread-safe: they run on the server's loop and return its answer.
 import asyncio
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -17,6 +18,7 @@ import yaml
 from aiohttp import web
 
 from plnt_testkit.kube_emulator.crds import project_crds
+from plnt_testkit.kube_emulator.faults import Fault
 from plnt_testkit.kube_emulator.server import ApiHandler, Hook, Served
 from plnt_testkit.kube_emulator.store import ObjectStore, Write
 from plnt_testkit.kube_emulator.types import (
@@ -219,6 +221,42 @@ class KubeEmulator:
         method is ``method`` and whose path ends with ``path_suffix`` are handled."""
         hook = Hook(method=method, path_suffix=path_suffix, action=action, times=times)
         self._call(lambda: self._handler.hooks.append(hook))
+
+    def refuse_status_writes(
+        self, *, code: int = 503, seconds: float, name: str | None = None
+    ) -> None:
+        """Answer ``code`` to every status write (PUT or PATCH of ``/status``), or only
+        those of the object ``name``, for ``seconds`` from now."""
+        suffix = f"/{name}/status" if name else "/status"
+        self._add_fault(Fault(("PUT", "PATCH"), suffix, code, until=time.monotonic() + seconds))
+
+    def refuse_updates(self, *, name: str, code: int = 422, seconds: float | None = None) -> None:
+        """Answer ``code`` to every update (PUT or PATCH) of the object ``name`` itself, as
+        an admission policy refusing it would; for ``seconds`` when given, else until
+        ``clear_faults``."""
+        until = None if seconds is None else time.monotonic() + seconds
+        self._add_fault(Fault(("PUT", "PATCH"), f"/{name}", code, until=until))
+
+    def throttle(self, *, times: int, retry_after_s: int, path_suffix: str = "") -> None:
+        """Answer 429 with ``Retry-After: retry_after_s`` to the next ``times`` requests
+        (those whose path ends with ``path_suffix`` when given)."""
+        methods = ("GET", "PUT", "PATCH", "POST", "DELETE")
+        self._add_fault(Fault(methods, path_suffix, 429, times=times, retry_after_s=retry_after_s))
+
+    def clear_faults(self) -> None:
+        self._call(self._handler.faults.clear)
+
+    def _add_fault(self, fault: Fault) -> None:
+        self._call(lambda: self._handler.faults.append(fault))
+
+    def requests(self, method: str, path_part: str) -> int:
+        """How many ``method`` requests whose path (query excluded) contains ``path_part``
+        were answered, faults included (watches count once they end)."""
+        return sum(
+            1
+            for served in self.served()
+            if served.method == method and path_part in served.path.split("?")[0]
+        )
 
     def served(self) -> list[Served]:
         """Every request answered so far (watches once they end), oldest first."""

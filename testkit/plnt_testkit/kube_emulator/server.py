@@ -31,6 +31,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from plnt_testkit.kube_emulator import discovery, tables
+from plnt_testkit.kube_emulator.faults import Fault
 from plnt_testkit.kube_emulator.managed_fields import manager_name
 from plnt_testkit.kube_emulator.schema import FieldValidation
 from plnt_testkit.kube_emulator.selectors import parse_selectors
@@ -127,6 +128,7 @@ class ApiHandler:
         self.bookmark_interval_s = bookmark_interval_s
         self.default_watch_timeout_s = default_watch_timeout_s
         self.hooks: list[Hook] = []
+        self.faults: list[Fault] = []
         self.log: list[Served] = []
 
     def app(self) -> web.Application:
@@ -147,8 +149,16 @@ class ApiHandler:
         for hook in list(self.hooks):
             if hook.wants(request.method, request.path):
                 hook.action()
+        fault = next((f for f in self.faults if f.wants(request.method, request.path)), None)
+        response: web.StreamResponse
         try:
-            response = self._describe(request) or await self._dispatch(request)
+            if fault is not None:
+                refused = _json(fault.status(), fault.code)
+                if fault.retry_after_s is not None:
+                    refused.headers["Retry-After"] = str(fault.retry_after_s)
+                response = refused
+            else:
+                response = self._describe(request) or await self._dispatch(request)
         except ApiError as err:
             response = _json(err.status(), err.code)
         except Exception as exc:  # an emulator bug: say which, in the Status kubectl prints

@@ -34,9 +34,12 @@ from plnt_watcher.adapters.kube_api import (
 )
 from plnt_watcher.adapters.kube_events import EventRecorder
 from plnt_watcher.adapters.kube_watch import OpenStream, watch_events
+from plnt_watcher.backoff import STATUS_RETRIES, Backoff
 
 log = get_logger(__name__)
 CONFLICT_ATTEMPTS = 10
+STATUS_BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
+"""Retries of a refused status write: a 30 s outage is repaired within ~10 s of its end."""
 Key = tuple[str, str]
 Change = tuple[str, str, dict[str, Any] | None]
 
@@ -94,6 +97,7 @@ class KubernetesSource:
         request_timeout_s: float = 30.0,
         recorder: EventRecorder | None = None,
         conflict_attempts: int = CONFLICT_ATTEMPTS,
+        status_backoff: Backoff = STATUS_BACKOFF,
     ) -> None:
         self._objects = client.CustomObjectsApi(api)
         self._namespace = namespace
@@ -101,6 +105,7 @@ class KubernetesSource:
         self._timeout = float(request_timeout_s)
         self._recorder = recorder
         self._attempts = conflict_attempts
+        self._status_backoff = status_backoff
         self._seen: dict[Key, Seen] = {}
         """Reported state that outlives one ``watch()`` call, so a deletion that happens
         while no watch runs is still reported by the next list."""
@@ -318,9 +323,28 @@ class KubernetesSource:
 
         Returns False when the object is gone; raises ``Conflict`` after
         ``conflict_attempts`` conflicting writes. ``status`` is written as given,
-        ``observedGeneration`` included.
+        ``observedGeneration`` included. A write the API server refuses retryably (5xx,
+        429, a timeout, a refused connection) is retried with backoff until it is
+        written or the object is gone: a short API outage must not leave a stale phase.
+        ``KubernetesRejected`` (a 422, say) is raised at once.
         """
-        return await self._replace_status(namespace, name, status)
+        failures = 0
+        while True:
+            try:
+                return await self._replace_status(namespace, name, status)
+            except KubernetesUnavailable as exc:
+                failures += 1
+                delay = self._status_backoff.delay(failures)
+                STATUS_RETRIES.inc()
+                log.warning(
+                    "kubernetes.status_retry",
+                    namespace=namespace,
+                    name=name,
+                    error=str(exc),
+                    failures=failures,
+                    delay_s=round(delay, 3),
+                )
+                await asyncio.sleep(delay)
 
     async def _replace_status(
         self, namespace: str, name: str, status: dict[str, Any], *, only_if_unset: bool = False

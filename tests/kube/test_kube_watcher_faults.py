@@ -1,0 +1,87 @@
+"""The watcher's status writes under API trouble, against the API emulator's faults:
+a refused write is retried with backoff until written, or until the run is gone."""
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_support import create_run, get_run
+from kubernetes import client
+from prometheus_client import REGISTRY
+
+from plnt_testkit.kube_emulator import KubeEmulator
+from plnt_watcher.adapters.kube_api import KubernetesRejected, connect
+from plnt_watcher.adapters.kubernetes_source import KubernetesSource
+
+READY = {"phase": "Ready", "observedGeneration": 1, "sagaId": "default.a.1.1"}
+STATUS = "/workflowruns/a/status"
+
+
+@pytest.fixture
+def source(kubeconfig: Path) -> KubernetesSource:
+    api = connect(kubeconfig=str(kubeconfig), context="", user_agent="plnt-watcher/test")
+    return KubernetesSource(api=api, watch_timeout_s=30, request_timeout_s=5)
+
+
+async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(function, *args)
+
+
+def retries() -> float:
+    return REGISTRY.get_sample_value("plnt_watcher_status_retries_total") or 0.0
+
+
+@pytest.mark.parametrize(
+    "outage_s", [pytest.param(3.0, id="3s"), pytest.param(30.0, id="30s", marks=pytest.mark.slow)]
+)
+async def test_a_status_write_refused_through_an_outage_is_written_when_it_ends(
+    outage_s: float,
+    source: KubernetesSource,
+    objects: client.CustomObjectsApi,
+    emulator: KubeEmulator,
+) -> None:
+    await in_thread(create_run, objects, "a")
+    before = retries()
+    started = time.monotonic()
+    emulator.refuse_status_writes(code=503, seconds=outage_s)
+
+    assert await source.write_status(namespace="default", name="a", status=READY)
+
+    assert time.monotonic() - started >= outage_s
+    assert (await in_thread(get_run, objects, "a"))["status"] == READY
+    refused = emulator.requests("PUT", STATUS) - 1
+    assert refused >= 2, "the outage was not retried through"
+    assert retries() - before == refused
+
+
+async def test_a_write_refused_as_invalid_is_not_retried(
+    source: KubernetesSource, objects: client.CustomObjectsApi, emulator: KubeEmulator
+) -> None:
+    await in_thread(create_run, objects, "a")
+    emulator.refuse_status_writes(code=422, seconds=60)
+
+    with pytest.raises(KubernetesRejected):
+        await source.write_status(namespace="default", name="a", status=READY)
+
+    assert emulator.requests("PUT", STATUS) == 1
+
+
+async def test_a_run_deleted_during_the_outage_ends_the_retries(
+    source: KubernetesSource, objects: client.CustomObjectsApi, emulator: KubeEmulator
+) -> None:
+    await in_thread(create_run, objects, "a")
+    emulator.refuse_status_writes(code=503, seconds=60)
+    writing = asyncio.create_task(source.write_status(namespace="default", name="a", status=READY))
+    deadline = time.monotonic() + 5
+    while emulator.requests("PUT", STATUS) == 0:
+        assert time.monotonic() < deadline, "the write never reached the API"
+        await asyncio.sleep(0.02)
+
+    await in_thread(
+        objects.delete_namespaced_custom_object, "plnt.work", "v1", "default", "workflowruns", "a"
+    )
+
+    assert await asyncio.wait_for(writing, timeout=15) is False
