@@ -1,20 +1,29 @@
 """The watcher's status writes under API trouble, against the API emulator's faults:
-a refused write is retried with backoff until written, or until the run is gone."""
+a refused write is retried with backoff until written, or until the run is gone; a
+status left stale is repaired from the projection at the next list."""
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_support import create_run, get_run
+from kube_support import GROUP, RUNS, VERSION, create_run, get_run
 from kubernetes import client
 from prometheus_client import REGISTRY
 
+from plnt_common.bus.bus import Bus
+from plnt_common.projection import TERMINAL_RANK, RunProjection
+from plnt_common.resources import WorkflowRunStatus
+from plnt_common.status import Phase
 from plnt_testkit.kube_emulator import KubeEmulator
 from plnt_watcher.adapters.kube_api import KubernetesRejected, connect
 from plnt_watcher.adapters.kubernetes_source import KubernetesSource
+from plnt_watcher.adapters.projections import ProjectionStore
+from plnt_watcher.loops import ResourceLoop
+from plnt_watcher.status_sync import ConvergingStatus
 
 READY = {"phase": "Ready", "observedGeneration": 1, "sagaId": "default.a.1.1"}
 STATUS = "/workflowruns/a/status"
@@ -85,3 +94,61 @@ async def test_a_run_deleted_during_the_outage_ends_the_retries(
     )
 
     assert await asyncio.wait_for(writing, timeout=15) is False
+
+
+# --- repair at a relist or a start -----------------------------------------------------
+
+
+def ready_projection() -> RunProjection:
+    return RunProjection(
+        namespace="default",
+        name="a",
+        saga_id="default.a.1.1",
+        generation=1,
+        rank=TERMINAL_RANK,
+        status=WorkflowRunStatus(phase=Phase.READY, observed_generation=1, saga_id="default.a.1.1"),
+    )
+
+
+async def stale_run(objects: client.CustomObjectsApi, phase: str) -> None:
+    """Run ``a`` with the finalizer on and a status at the current generation, ``phase``."""
+    await in_thread(create_run, objects, "a")
+    body = await in_thread(get_run, objects, "a")
+    body["metadata"]["finalizers"] = ["plnt.work/saga"]
+    body = await in_thread(
+        objects.replace_namespaced_custom_object, GROUP, VERSION, "default", RUNS, "a", body
+    )
+    body["status"] = {"phase": phase, "observedGeneration": 1, "sagaId": "default.a.1.1"}
+    await in_thread(
+        objects.replace_namespaced_custom_object_status, GROUP, VERSION, "default", RUNS, "a", body
+    )
+
+
+async def test_a_watcher_started_after_refused_writes_repairs_the_status_at_its_start(
+    nats_url: str, source: KubernetesSource, objects: client.CustomObjectsApi
+) -> None:
+    """The saga ended Ready while the API refused the writes: the resource still shows
+    Promoting at the current observedGeneration. The watcher's first list repairs it."""
+    await stale_run(objects, "Promoting")
+    bus = await Bus.open(nats_url, service="test")
+    await bus.runs.put("default.a", ready_projection().model_dump_json().encode())
+    projections = ProjectionStore(bus.runs)
+    loop = ResourceLoop(
+        bus=bus,
+        source=ConvergingStatus(source=source, projections=projections),
+        projections=projections,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(loop.run(stop))
+    try:
+        deadline = time.monotonic() + 10
+        while (await in_thread(get_run, objects, "a"))["status"]["phase"] != "Ready":
+            assert not running.done(), "the resource loop ended"
+            assert time.monotonic() < deadline, "the stale Promoting was never repaired"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await bus.close()

@@ -19,6 +19,7 @@ from plnt_common.events import (
     new_event,
     saga_id,
 )
+from plnt_common.kube_errors import KubernetesRejected
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.projection import RunProjection, saga_order
@@ -68,7 +69,10 @@ class ResourceLoop:
         if body is not None and asks_for_operation(body):  # a metadata change: no generation
             await self._operator_requests.handle(namespace, name, body)
         if body is not None and logic.settled(body):
-            return  # most changes are our own status writes: nothing to decide
+            # most changes are our own status writes: nothing to decide, but a status a
+            # refused write left behind (seen again at a relist or a start) is repaired
+            await self._repair_status(namespace, name, body)
+            return
         if body is None:
             requested = self._requested.pop((namespace, name), None)
             projection = await self._projections.get(namespace=namespace, name=name)
@@ -100,6 +104,23 @@ class ResourceLoop:
                 await adopt
         for action in actions:
             await self._act(action, facts, body, projection)
+
+    async def _repair_status(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Write the projection's status when the resource shows another one, even at the
+        current observedGeneration (a write refused through an API outage). Only for a
+        run whose saga has ended: one in flight is written by its next event."""
+        projection = await self._projections.get(namespace=namespace, name=name)
+        if projection is None or projection.removed or projection.saga_active:
+            return
+        wanted = logic.status_document(projection)
+        shown = body.get("status") or {}
+        if all(shown.get(key) == value for key, value in wanted.items() if key != "conditions"):
+            return
+        log.info("status.repaired", namespace=namespace, name=name, phase=wanted.get("phase"))
+        try:
+            await self._source.write_status(namespace=namespace, name=name, status=wanted)
+        except KubernetesRejected as exc:  # tried again at the next relist, not in a loop
+            log.warning("status.refused", namespace=namespace, name=name, reason=str(exc))
 
     async def _on_gone(
         self,

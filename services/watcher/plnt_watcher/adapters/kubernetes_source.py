@@ -2,11 +2,13 @@
 
 ``watch`` lists, then watches from the list's resourceVersion with bookmarks, resumes
 from the last version it saw when a watch request ends, and when the server answers 410
-Gone (its history no longer reaches back that far) lists again and reports the
-difference to what it had reported: objects that vanished meanwhile come out as
-deletions, changed ones as changes. Finalizers are patched with a resourceVersion
-precondition and status is written through the status subresource, both retried on
-409. A phase change is recorded as a Kubernetes Event.
+Gone (its history no longer reaches back that far) lists again and reports against
+what it had reported: objects that vanished meanwhile come out as deletions, then every
+listed object (as an informer's resync, so the consumer can repair a stale status).
+Finalizers are patched with a resourceVersion precondition and status is written
+through the status subresource, both retried on 409; a status write the server refuses
+retryably is retried with backoff until written or the run is gone. A phase change is
+recorded as a Kubernetes Event.
 
 It decides nothing (``logic.py`` does) and runs no matter who leads (``leader.py``).
 """
@@ -138,7 +140,9 @@ class KubernetesSource:
             except Gone:
                 log.info("resources.relist", reason="watch position expired", version=version)
                 items, version = await self._list()
-                for change in relist_changes(self._seen, items, everything=False):
+                # every object again, as an informer's resync does: the consumer compares
+                # each run's status with its projection (a write refused meanwhile)
+                for change in relist_changes(self._seen, items, everything=True):
                     yield change
                     self._commit(change)
 
