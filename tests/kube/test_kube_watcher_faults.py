@@ -5,7 +5,7 @@ status left stale is repaired from the projection at the next list."""
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +152,66 @@ async def test_a_watcher_started_after_refused_writes_repairs_the_status_at_its_
         with contextlib.suppress(asyncio.CancelledError):
             await running
         await bus.close()
+
+
+# --- one failing object -----------------------------------------------------------------
+
+
+def lists(emulator: KubeEmulator) -> int:
+    """LIST requests of WorkflowRuns answered (watches are GETs with watch=true)."""
+    return sum(
+        1
+        for served in emulator.served()
+        if served.method == "GET"
+        and served.path.split("?")[0].endswith("/workflowruns")
+        and "watch=true" not in served.path.lower()
+    )
+
+
+@contextlib.asynccontextmanager
+async def resource_loop(nats_url: str, source: KubernetesSource) -> AsyncIterator[None]:
+    bus = await Bus.open(nats_url, service="test")
+    projections = ProjectionStore(bus.runs)
+    loop = ResourceLoop(
+        bus=bus,
+        source=ConvergingStatus(source=source, projections=projections),
+        projections=projections,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(loop.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await bus.close()
+
+
+async def test_an_object_whose_updates_are_refused_delays_no_other_and_relists_nothing(
+    nats_url: str,
+    source: KubernetesSource,
+    objects: client.CustomObjectsApi,
+    emulator: KubeEmulator,
+) -> None:
+    emulator.refuse_updates(name="a-refused", code=422)  # an admission policy says no
+    names = ("a-refused", "b", "c", "d")
+    for name in names:
+        await in_thread(create_run, objects, name)
+
+    async with resource_loop(nats_url, source):
+        deadline = time.monotonic() + 5
+        while True:
+            bodies = [await in_thread(get_run, objects, name) for name in names[1:]]
+            if all(body["metadata"].get("finalizers") for body in bodies):
+                break
+            assert time.monotonic() < deadline, "the objects after the refused one waited"
+            await asyncio.sleep(0.05)
+        while emulator.requests("PATCH", "/workflowruns/a-refused") < 2:
+            assert time.monotonic() < deadline + 5, "the refused object was not retried"
+            await asyncio.sleep(0.05)
+
+    assert lists(emulator) == 1, "a failing object restarted the watch"
+    refused = await in_thread(get_run, objects, "a-refused")
+    assert not refused["metadata"].get("finalizers")

@@ -7,12 +7,16 @@ of itself so that retries of many objects after one outage do not arrive togethe
 import random
 from dataclasses import dataclass
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 STATUS_RETRIES = Counter(
     "plnt_watcher_status_retries_total",
     "Status writes of a WorkflowRun the API server refused retryably (5xx, 429, timeouts, "
     "connection refused) and the watcher retried.",
+)
+QUEUE_DEPTH = Gauge(
+    "plnt_watcher_queue_depth",
+    "WorkflowRuns whose handling failed and waits for its retry (the per-object work queue).",
 )
 
 

@@ -27,12 +27,17 @@ from plnt_common.resources import WorkflowRun, parse_resource
 from plnt_common.tasks import discarded_on_error
 from plnt_watcher import logic
 from plnt_watcher.adapters.projections import ProjectionStore
+from plnt_watcher.backoff import QUEUE_DEPTH, Backoff
 from plnt_watcher.handlers import SERVICE
 from plnt_watcher.ports import ResourceSource
 from plnt_watcher.requests import OperatorRequests, asks_for_operation
 
 log = get_logger(__name__)
 PENDING_STATUS = {"phase": "Pending"}
+ITEM_BACKOFF = Backoff(base_s=0.8, cap_s=30.0)
+"""One object's failed handling is retried after 0.8 s, doubling to 30 s (client-go)."""
+WATCH_BACKOFF = Backoff(base_s=0.5, cap_s=30.0)
+"""A failed list or watch is tried again after 0.5 s, doubling to 30 s: never a hot loop."""
 
 
 class _Requested(NamedTuple):
@@ -55,15 +60,70 @@ class ResourceLoop:
         # echoes of its own writes before the first fold need no decision (deciding again
         # is only idempotent), and a run gone before that fold still gets its deletion.
         self._requested: dict[tuple[str, str], _Requested] = {}
+        # objects whose last handling failed: their retry, the newest body seen meanwhile
+        # and how often they failed in a row
+        self._retries: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._waiting: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self._failures: dict[tuple[str, str], int] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                async for namespace, name, body in self._source.watch():
-                    await self._on_change(namespace, name, body)
-            except Exception as exc:  # a broken watch is re-established; nothing is lost
-                log.warning("resources.watch_restarted", error=repr(exc))
-                await asyncio.sleep(0.5)
+        watch_failures = 0
+        try:
+            while not stop.is_set():
+                try:
+                    async for namespace, name, body in self._source.watch():
+                        watch_failures = 0
+                        await self._handle(namespace, name, body)
+                except Exception as exc:  # a broken watch is re-established; nothing is lost
+                    watch_failures += 1
+                    delay = WATCH_BACKOFF.delay(watch_failures)
+                    log.warning(
+                        "resources.watch_restarted", error=repr(exc), delay_s=round(delay, 3)
+                    )
+                    await asyncio.sleep(delay)
+        finally:
+            for task in self._retries.values():
+                task.cancel()
+            self._retries.clear()
+            self._waiting.clear()
+            QUEUE_DEPTH.set(0)
+
+    async def _handle(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
+        """Handle one change; a failure retries this object alone, with its own backoff
+        (client-go's per-item rate limiter), and never restarts the watch."""
+        key = (namespace, name)
+        if key in self._retries:
+            self._waiting[key] = body  # handled, newest first, when its retry is due
+            return
+        try:
+            await self._on_change(namespace, name, body)
+        except Exception as exc:
+            self._failures[key] = self._failures.get(key, 0) + 1
+            self._schedule_retry(key, body, exc)
+        else:
+            self._failures.pop(key, None)
+
+    def _schedule_retry(
+        self, key: tuple[str, str], body: dict[str, Any] | None, exc: Exception
+    ) -> None:
+        delay = ITEM_BACKOFF.delay(self._failures[key])
+        log.warning(
+            "resources.retry",
+            namespace=key[0],
+            name=key[1],
+            error=repr(exc),
+            failures=self._failures[key],
+            delay_s=round(delay, 3),
+        )
+        self._waiting[key] = body
+        self._retries[key] = asyncio.create_task(self._retry_later(key, delay))
+        QUEUE_DEPTH.set(len(self._retries))
+
+    async def _retry_later(self, key: tuple[str, str], delay: float) -> None:
+        await asyncio.sleep(delay)
+        del self._retries[key]
+        QUEUE_DEPTH.set(len(self._retries))
+        await self._handle(*key, self._waiting.pop(key))
 
     async def _on_change(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
         if body is not None and asks_for_operation(body):  # a metadata change: no generation
