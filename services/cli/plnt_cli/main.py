@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="router port (default 8080, or a free one if taken)",
     )
     up.add_argument(
+        "--console-port",
+        type=arguments.port_number,
+        help="web console port (default 8081, or a free one if taken; see docs/console.md)",
+    )
+    up.add_argument(
         "--nats-port",
         type=arguments.port_number,
         help="NATS port (default 4222, or a free one if taken)",
@@ -191,6 +196,7 @@ def dispatch(args: argparse.Namespace) -> int:
             say=say,
             nats_sync_interval=sync_interval_argument(args.nats_sync_interval),
             nats_cluster=args.nats_cluster,
+            console_port=args.console_port,
         )
         return run_up(config, say=say)
     if command == "runner":

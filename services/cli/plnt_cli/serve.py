@@ -16,6 +16,7 @@ SERVICES: dict[str, str] = {
     "router": "plnt_router.app",
     "runner": "plnt_runner.app",
     "local-backend": "plnt_local_backend.app",
+    "console": "plnt_console.app",
 }
 
 

@@ -86,6 +86,8 @@ class StackConfig:
     """Client ports of a local NATS cluster's other nodes (``--nats-cluster``); empty: one node."""
     external_nats_url: str = ""
     """A NATS run by someone else (tests that kill cluster nodes): none is started."""
+    console_port: int = 0
+    """The web console's port (``plnt up --console-port``); 0: no console is started."""
 
     @property
     def nats_ports(self) -> tuple[int, ...]:
@@ -101,6 +103,10 @@ class StackConfig:
     @property
     def router_url(self) -> str:
         return f"http://127.0.0.1:{self.router_port}"
+
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.console_port}/" if self.console_port else ""
 
 
 def choose_port(
@@ -165,6 +171,7 @@ class Supervisor:
                 "PLNT_ROUTER_PUBLIC_URL": os.environ.get(
                     "PLNT_ROUTER_PUBLIC_URL", config.router_url
                 ),
+                "PLNT_CONSOLE_PORT": str(config.console_port),
                 "PLNT_LOCAL_BACKEND_DATA_DIR": str(config.data_dir / "local-backend"),
                 "PLNT_LOCAL_BACKEND_OWNER_PID": str(os.getpid()),
                 "PLNT_LOG_FORMAT": "json",
@@ -180,13 +187,18 @@ class Supervisor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.start_nats()
         env = self._env()
-        names = [*SINGLETONS, *(s for s in SAGA_SERVICES for _ in range(self.config.replicas))]
+        console = ["console"] if self.config.console_port else []
+        names = [
+            *SINGLETONS,
+            *console,
+            *(s for s in SAGA_SERVICES for _ in range(self.config.replicas)),
+        ]
         counts: dict[str, int] = {}
         for name in names:
             counts[name] = counts.get(name, 0) + 1
             label = (
                 name
-                if self.config.replicas == 1 or name in SINGLETONS
+                if self.config.replicas == 1 or name in (*SINGLETONS, *console)
                 else f"{name}-{counts[name]}"
             )
             service = ManagedProcess(

@@ -21,6 +21,7 @@ from plnt_common.nats_server import LOCAL_SYNC_INTERVAL, free_ports
 
 DEFAULT_NATS_PORT = 4222
 DEFAULT_ROUTER_PORT = 8080
+DEFAULT_CONSOLE_PORT = 8081
 
 
 def default_data_dir() -> Path:
@@ -39,6 +40,7 @@ def stack_config(
     fresh: bool = False,
     nats_sync_interval: str = LOCAL_SYNC_INTERVAL,
     nats_cluster: int = 1,
+    console_port: int | None = None,
 ) -> StackConfig:
     if fresh:
         chosen_dir = Path(tempfile.mkdtemp(prefix="plnt-demo-"))
@@ -55,13 +57,17 @@ def stack_config(
     router = choose_port(
         router_port, DEFAULT_ROUTER_PORT, "the router", say, chosen_already=(nats,)
     )
+    console = choose_port(
+        console_port, DEFAULT_CONSOLE_PORT, "the console", say, chosen_already=(nats, router)
+    )
     return StackConfig(
         data_dir=chosen_dir,
         nats_port=nats,
         router_port=router,
         replicas=replicas,
         nats_sync_interval=nats_sync_interval,
-        nats_peer_ports=peer_ports(nats_cluster - 1, taken=(nats, router)),
+        nats_peer_ports=peer_ports(nats_cluster - 1, taken=(nats, router, console)),
+        console_port=console,
     )
 
 
@@ -192,7 +198,8 @@ def run_up(config: StackConfig, *, say: Callable[[str], None]) -> int:
     try:
         stack.start()
         if not stopping.is_set() and asyncio.run(wait_until_ready(config, stop=stopping)):
-            say(f"plnt is up: NATS {config.nats_url}, router {config.router_url}")
+            console = f", console {config.console_url}" if config.console_url else ""
+            say(f"plnt is up: NATS {config.nats_url}, router {config.router_url}{console}")
             say(f"data and logs in {config.data_dir} (logs/<service>.log); Ctrl-C stops everything")
             while not stopping.wait(0.5):
                 pass

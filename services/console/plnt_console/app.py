@@ -1,0 +1,255 @@
+"""Wiring of the console process: the aiohttp app, the runs and figures watches, start-up.
+
+``create_app`` builds the HTTP app around a ``Board`` and a bus session someone else
+opened (tests pass their own); ``serve`` runs the whole console; ``main`` is what
+``plnt serve console`` calls. The pages are static files under ``static/``.
+"""
+
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import AsyncIterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from nats.js.kv import KeyValue
+from pydantic import ValidationError
+
+from plnt_cli.commands import Session
+from plnt_cli.operate import operate
+from plnt_common import event_loop, subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.kv_mirror import KvMirror
+from plnt_common.errors import PlntError, ResourceNotFound
+from plnt_common.figures import RouterFigures
+from plnt_common.logs import configure_logging, get_logger
+from plnt_common.operations import Operation
+from plnt_common.projection import RunProjection
+from plnt_common.resource_store import ResourceStore
+from plnt_console.board import Board, sse_frame
+from plnt_console.guard import check_bind, token_middleware
+from plnt_console.settings import ConsoleSettings
+from plnt_console.timeline import timeline
+
+log = get_logger(__name__)
+
+STATIC = Path(str(resources.files("plnt_console") / "static"))
+SESSION = web.AppKey("plnt_console_session", Session)
+BOARD = web.AppKey("plnt_console_board", Board)
+KEEPALIVE_S = 15.0
+INVOKE_TIMEOUT_S = 120.0
+
+
+def create_app(*, board: Board, session: Session, token: str = "") -> web.Application:
+    app = web.Application(middlewares=[token_middleware(token)])
+    app[BOARD] = board
+    app[SESSION] = session
+    app.router.add_get("/", index)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/api/runs", list_runs)
+    app.router.add_get("/api/events", events)
+    app.router.add_get("/api/runs/{ns}/{name}", get_run)
+    app.router.add_get("/api/runs/{ns}/{name}/timeline", get_timeline)
+    app.router.add_post("/api/runs/{ns}/{name}/invoke", invoke)
+    app.router.add_post("/api/runs/{ns}/{name}/{operation}", run_operation)
+    app.router.add_static("/static/", STATIC, show_index=False)
+    return app
+
+
+async def index(_: web.Request) -> web.StreamResponse:
+    return web.FileResponse(STATIC / "index.html")
+
+
+async def healthz(_: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    runs = request.app[BOARD].runs
+    return web.json_response({"runs": [runs[key] for key in sorted(runs)]})
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: the whole state first, then each change as it happens."""
+    board = request.app[BOARD]
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    queue = board.follow()
+    try:
+        while True:
+            try:
+                message = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
+            except TimeoutError:
+                await response.write(b": keepalive\n\n")
+                continue
+            if message is None:
+                break
+            await response.write(sse_frame(message))
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        board.leave(queue)
+    return response
+
+
+async def get_run(request: web.Request) -> web.Response:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    stored = await request.app[SESSION].store.get("WorkflowRun", ns, name)
+    if stored is None:
+        return _error(404, f"workflowruns {name!r} not found in namespace {ns!r}")
+    return web.json_response(stored.body)
+
+
+async def get_timeline(request: web.Request) -> web.Response:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    bus = request.app[SESSION].bus
+    found = await timeline(bus.nc, bus.js, namespace=ns, name=name)
+    if not found["sagas"]:
+        return _error(404, f"no events for {ns}/{name} in the stream")
+    return web.json_response(found)
+
+
+async def run_operation(request: web.Request) -> web.Response:
+    """promote|abort|rollback through the CLI's own path; the answer names the outcome."""
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    try:
+        operation = Operation(request.match_info["operation"])
+    except ValueError:
+        return _error(404, f"unknown operation {request.match_info['operation']!r}")
+    full = request.query.get("full") == "1"
+    steps: list[str] = []
+    try:
+        outcome = await operate(
+            request.app[SESSION], operation, name=name, namespace=ns, full=full, say=steps.append
+        )
+    except ResourceNotFound as exc:
+        return _error(404, str(exc))
+    except PlntError as exc:
+        return _error(409, str(exc), steps=steps)
+    return web.json_response({"ok": True, "message": outcome, "steps": steps})
+
+
+async def invoke(request: web.Request) -> web.StreamResponse:
+    """Sends the body to the run's endpoint (the router) and streams its answer back,
+    with the revision that served it and the call's trace id when the router gave one."""
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    summary = request.app[BOARD].runs.get(f"{ns}.{name}")
+    endpoint = (summary or {}).get("endpoint", "")
+    if not endpoint:
+        phase = (summary or {}).get("phase", "unknown")
+        return _error(409, f"{ns}/{name} has no endpoint yet (phase {phase})")
+    try:
+        body: Any = json.loads(await request.text())
+    except ValueError as exc:
+        return _error(422, f"the body is not JSON: {exc}")
+    stream = request.query.get("stream") == "1"
+    headers = {"Accept": "text/event-stream"} if stream else {}
+    timeout = aiohttp.ClientTimeout(total=INVOKE_TIMEOUT_S)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            http.post(endpoint, json=body, headers=headers) as upstream,
+        ):
+            parent = upstream.headers.get("traceparent", "")
+            answer = web.StreamResponse(
+                status=upstream.status,
+                headers={
+                    "Content-Type": upstream.headers.get("Content-Type", "application/json"),
+                    "x-plnt-revision": upstream.headers.get("x-plnt-revision", ""),
+                    "x-plnt-trace-id": trace_id(parent),
+                },
+            )
+            await answer.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await answer.write(chunk)
+            await answer.write_eof()
+            return answer
+    except aiohttp.ClientError as exc:
+        return _error(502, f"cannot reach the router at {endpoint}: {exc}")
+
+
+def trace_id(traceparent: str) -> str:
+    """The trace id of a W3C ``traceparent``; "" when it holds none."""
+    parts = traceparent.strip().split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
+        return ""
+    return parts[1] if all(c in "0123456789abcdef" for c in parts[1]) else ""
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"ok": False, "error": message, **extra}, status=status)
+
+
+def _decode_run(entry: KeyValue.Entry) -> RunProjection | None:
+    try:
+        return RunProjection.model_validate_json(entry.value or b"")
+    except ValidationError:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def follow_bus(board: Board, bus: Bus) -> AsyncIterator[None]:
+    """Runs mirror and figures subscription for as long as the context is held."""
+
+    async def replace_all(runs: Any) -> None:
+        board.replace_runs(runs)
+
+    async def apply(key: str, projection: RunProjection | None) -> None:
+        board.apply_run(key, projection)
+
+    async def on_figures(msg: Any) -> None:
+        with contextlib.suppress(ValidationError):
+            board.add_figures(RouterFigures.model_validate_json(msg.data))
+
+    mirror = KvMirror(
+        nc=bus.nc,
+        bucket=subjects.RUNS_BUCKET,
+        decode=_decode_run,
+        replace_all=replace_all,
+        apply=apply,
+        log_as="console-runs",
+    )
+    task = asyncio.create_task(mirror.run(), name="plnt-console-runs")
+    subscription = await bus.nc.subscribe(subjects.router_figures_filter(), cb=on_figures)
+    try:
+        yield
+    finally:
+        await subscription.unsubscribe()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def serve(settings: ConsoleSettings) -> None:
+    token = settings.token.get_secret_value() if settings.token else ""
+    check_bind(settings.host, token)
+    bus = await Bus.open(settings.nats_url, service="console", wait_for_server=True)
+    board = Board()
+    session = Session(bus=bus, store=ResourceStore(bus))
+    app = create_app(board=board, session=session, token=token)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    log.info("console.listening", url=f"http://{settings.host}:{settings.port}/")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with follow_bus(board, bus):
+        await stop.wait()
+    await runner.cleanup()
+    await bus.close()
+
+
+def main() -> None:
+    """Entry point of ``plnt serve console``: settings from the environment, JSON logs."""
+    settings = ConsoleSettings()
+    configure_logging(level=settings.log_level, fmt=settings.log_format, service="console")
+    event_loop.run(serve(settings))
