@@ -4,13 +4,14 @@ status left stale is repaired from the projection at the next list."""
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_support import GROUP, RUNS, VERSION, create_run, get_run
+from kube_support import GROUP, RUNS, VERSION, create_run, get_run, run_body
 from kubernetes import client
 from prometheus_client import REGISTRY
 
@@ -18,7 +19,8 @@ from plnt_common.bus.bus import Bus
 from plnt_common.projection import TERMINAL_RANK, RunProjection
 from plnt_common.resources import WorkflowRunStatus
 from plnt_common.status import Phase
-from plnt_testkit.kube_emulator import KubeEmulator
+from plnt_testkit.kube_emulator import WORKFLOW_RUNS, KubeEmulator
+from plnt_testkit.kube_emulator.server import Served
 from plnt_watcher.adapters.kube_api import KubernetesRejected, connect
 from plnt_watcher.adapters.kubernetes_source import KubernetesSource
 from plnt_watcher.adapters.projections import ProjectionStore
@@ -215,3 +217,88 @@ async def test_an_object_whose_updates_are_refused_delays_no_other_and_relists_n
     assert lists(emulator) == 1, "a failing object restarted the watch"
     refused = await in_thread(get_run, objects, "a-refused")
     assert not refused["metadata"].get("finalizers")
+
+
+# --- lists in pages, 429 ----------------------------------------------------------------
+
+
+def list_requests(emulator: KubeEmulator) -> list[Served]:
+    return [
+        served
+        for served in emulator.served()
+        if served.method == "GET"
+        and served.path.split("?")[0].endswith("/workflowruns")
+        and "watch=true" not in served.path.lower()
+    ]
+
+
+def paged_source(kubeconfig: Path, page_size: int) -> KubernetesSource:
+    api = connect(kubeconfig=str(kubeconfig), context="", user_agent="plnt-watcher/test")
+    return KubernetesSource(
+        api=api, watch_timeout_s=30, request_timeout_s=5, list_page_size=page_size
+    )
+
+
+async def first_changes(source: KubernetesSource, count: int) -> list[str]:
+    names: list[str] = []
+    async with contextlib.aclosing(source.watch()) as changes:
+        async for _, name, _ in changes:
+            names.append(name)
+            if len(names) == count:
+                return names
+    raise AssertionError(f"the watch ended after {names}")
+
+
+async def test_a_list_is_read_in_pages(
+    kubeconfig: Path, objects: client.CustomObjectsApi, emulator: KubeEmulator
+) -> None:
+    for name in ("a", "b", "c", "d", "e"):
+        await in_thread(create_run, objects, name)
+
+    names = await first_changes(paged_source(kubeconfig, 2), 5)
+
+    assert names == ["a", "b", "c", "d", "e"]
+    pages = list_requests(emulator)
+    assert len(pages) == 3
+    assert ["limit=2" in page.path for page in pages] == [True, True, True]
+    assert ["continue=" in page.path for page in pages] == [False, True, True]
+
+
+async def test_a_continue_token_expired_between_pages_lists_again_from_the_start(
+    kubeconfig: Path, objects: client.CustomObjectsApi, emulator: KubeEmulator
+) -> None:
+    for name in ("a", "b", "c"):
+        await in_thread(create_run, objects, name)
+
+    lists_seen: list[int] = []
+
+    def before_second_page() -> None:  # the first page's version is compacted away
+        lists_seen.append(1)
+        if len(lists_seen) == 2:
+            emulator.store.create(WORKFLOW_RUNS, "default", run_body("d"))
+            emulator.store.compact()
+
+    emulator.before("GET", "/workflowruns", before_second_page, times=2)
+    names = await first_changes(paged_source(kubeconfig, 2), 4)
+
+    assert sorted(names) == ["a", "b", "c", "d"]
+    pages = list_requests(emulator)
+    assert [page.status for page in pages][:2] == [200, 410]
+    assert "continue=" not in pages[2].path, "the list did not start over"
+
+
+async def test_a_429_is_honoured_for_its_retry_after(
+    source: KubernetesSource, objects: client.CustomObjectsApi, emulator: KubeEmulator
+) -> None:
+    await in_thread(create_run, objects, "a")
+    before = retries()
+    # more 429s than urllib3's own three Retry-After retries: the watcher's call waits too
+    emulator.throttle(times=4, retry_after_s=1, path_suffix="/workflowruns/a")
+
+    assert await source.write_status(namespace="default", name="a", status=READY)
+
+    reads = [s for s in emulator.served() if s.method == "GET" and s.path.endswith("/a")]
+    assert [s.status for s in reads] == [429, 429, 429, 429, 200]
+    gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(reads)]
+    assert min(gaps) >= 1.0, f"a Retry-After was not waited: {gaps}"
+    assert retries() == before  # honoured by the call itself, not the status backoff

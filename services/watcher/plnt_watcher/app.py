@@ -70,6 +70,7 @@ def build_source(settings: WatcherSettings, bus: Bus) -> ResourceSource:
             watch_timeout_s=settings.kube_watch_timeout_s,
             request_timeout_s=settings.kube_request_timeout_s,
             recorder=recorder,
+            list_page_size=settings.kube_list_page_size,
         )
     return EmbeddedSource(ResourceStore(bus))
 

@@ -71,6 +71,11 @@ class WatcherSettings(CommonSettings):
     kube_request_timeout_s: float = Field(
         default=30.0, gt=0, description="Timeout of one non-watch API request."
     )
+    kube_list_page_size: int = Field(
+        default=500,
+        ge=0,
+        description="WorkflowRuns per page of a list (limit/continue); 0 = one unpaginated list.",
+    )
     kube_events: bool = Field(
         default=True, description="Record a Kubernetes Event on every WorkflowRun phase change."
     )

@@ -24,13 +24,14 @@ served. Authentication is not checked.
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
 
-from plnt_testkit.kube_emulator import discovery, tables
+from plnt_testkit.kube_emulator import discovery, paging, tables
 from plnt_testkit.kube_emulator.faults import Fault
 from plnt_testkit.kube_emulator.managed_fields import manager_name
 from plnt_testkit.kube_emulator.schema import FieldValidation
@@ -53,6 +54,8 @@ class Served:
     path: str
     """Path with query string."""
     status: int
+    at: float = field(default_factory=time.monotonic)
+    """When it was answered (time.monotonic), for tests that time a client's waits."""
 
 
 @dataclass
@@ -354,6 +357,14 @@ class ApiHandler:
                 rtype, "", "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"
             )
         items, version = self.store.list_objects(rtype, namespace, match)
+        items, list_meta = paging.page(
+            items,
+            version,
+            limit=query.get("limit"),
+            token=query.get("continue"),
+            compacted=self.store.watches.compacted,
+        )
+        version = int(list_meta["resourceVersion"])
         if tables.wants_table(request.headers.get("Accept", "")):
             return _json(
                 tables.table(
@@ -367,7 +378,7 @@ class ApiHandler:
             {
                 "apiVersion": rtype.api_version,
                 "kind": f"{rtype.kind}List",
-                "metadata": {"resourceVersion": str(version)},
+                "metadata": list_meta,
                 "items": items,
             }
         )

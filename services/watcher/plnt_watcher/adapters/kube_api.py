@@ -44,9 +44,34 @@ def translate(exc: BaseException) -> PlntError:
     return api_error(exc, kinds=WATCHER_ERRORS)
 
 
+THROTTLED_ATTEMPTS = 10
+"""A call the server answers 429 is sent again after its Retry-After this often, as
+client-go does; then the 429 is raised as ``KubernetesUnavailable``."""
+DEFAULT_RETRY_AFTER_S = 1.0
+
+
 async def call(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """Run one bounded client call on a worker thread; raises only ``PlntError``s."""
+    """Run one bounded client call on a worker thread; raises only ``PlntError``s.
+
+    A 429 is honoured: the call waits the answer's ``Retry-After`` before it is sent again.
+    """
+    for attempt in range(THROTTLED_ATTEMPTS):
+        try:
+            return await asyncio.to_thread(functools.partial(function, *args, **kwargs))
+        except TRANSPORT_ERRORS as exc:
+            wait = retry_after(exc)
+            if wait is None or attempt == THROTTLED_ATTEMPTS - 1:
+                raise translate(exc) from None
+            await asyncio.sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds a 429 asks the client to wait (its Retry-After), or None for another error."""
+    if getattr(exc, "status", None) != 429:
+        return None
+    headers = getattr(exc, "headers", None) or {}
     try:
-        return await asyncio.to_thread(functools.partial(function, *args, **kwargs))
-    except TRANSPORT_ERRORS as exc:
-        raise translate(exc) from None
+        return max(0.0, float(headers.get("Retry-After", DEFAULT_RETRY_AFTER_S)))
+    except (TypeError, ValueError):
+        return DEFAULT_RETRY_AFTER_S

@@ -40,6 +40,8 @@ from plnt_watcher.backoff import STATUS_RETRIES, Backoff
 
 log = get_logger(__name__)
 CONFLICT_ATTEMPTS = 10
+LIST_PAGE_SIZE = 500
+"""Objects per list page, as client-go's informers ask; 0 lists all in one answer."""
 STATUS_BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
 """Retries of a refused status write: a 30 s outage is repaired within ~10 s of its end."""
 Key = tuple[str, str]
@@ -100,6 +102,7 @@ class KubernetesSource:
         recorder: EventRecorder | None = None,
         conflict_attempts: int = CONFLICT_ATTEMPTS,
         status_backoff: Backoff = STATUS_BACKOFF,
+        list_page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         self._objects = client.CustomObjectsApi(api)
         self._namespace = namespace
@@ -108,6 +111,7 @@ class KubernetesSource:
         self._recorder = recorder
         self._attempts = conflict_attempts
         self._status_backoff = status_backoff
+        self._page_size = list_page_size
         self._seen: dict[Key, Seen] = {}
         """Reported state that outlives one ``watch()`` call, so a deletion that happens
         while no watch runs is still reported by the next list."""
@@ -165,16 +169,38 @@ class KubernetesSource:
         return KubernetesUnavailable(f"watch failed with {code}: {message}")
 
     async def _list(self) -> tuple[list[dict[str, Any]], str]:
-        try:
-            listed = await self._list_call()
-        except ResourceNotFound:
-            raise KubernetesRejected(
-                f"the API server does not serve {RUNS}.{GROUP}/{VERSION}: is the CRD "
-                "installed? (kubectl apply -f crds/)"
-            ) from None
-        return list(listed.get("items") or []), str(listed["metadata"]["resourceVersion"])
+        """Every object, a page of ``list_page_size`` at a time, and the list's version.
 
-    async def _list_call(self) -> Any:
+        A continue token that expired between pages (410) starts the list over.
+        """
+        while True:
+            try:
+                return await self._list_pages()
+            except Gone as exc:
+                log.info("resources.relist", reason="continue token expired", error=str(exc))
+            except ResourceNotFound:
+                raise KubernetesRejected(
+                    f"the API server does not serve {RUNS}.{GROUP}/{VERSION}: is the CRD "
+                    "installed? (kubectl apply -f crds/)"
+                ) from None
+
+    async def _list_pages(self) -> tuple[list[dict[str, Any]], str]:
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            listed = await self._list_call(token)
+            items.extend(listed.get("items") or [])
+            meta = listed["metadata"]
+            token = str(meta.get("continue") or "")
+            if not token:
+                return items, str(meta["resourceVersion"])
+
+    async def _list_call(self, token: str) -> Any:
+        paging: dict[str, Any] = {"_request_timeout": self._timeout}
+        if self._page_size:
+            paging["limit"] = self._page_size
+        if token:
+            paging["_continue"] = token
         if self._namespace:
             return await call(
                 self._objects.list_namespaced_custom_object,
@@ -182,15 +208,9 @@ class KubernetesSource:
                 VERSION,
                 self._namespace,
                 RUNS,
-                _request_timeout=self._timeout,
+                **paging,
             )
-        return await call(
-            self._objects.list_cluster_custom_object,
-            GROUP,
-            VERSION,
-            RUNS,
-            _request_timeout=self._timeout,
-        )
+        return await call(self._objects.list_cluster_custom_object, GROUP, VERSION, RUNS, **paging)
 
     def _open_watch(self, version: str) -> OpenStream:
         options: dict[str, Any] = {
