@@ -22,7 +22,7 @@ from typing import Any
 from plnt_common.errors import BackendUnavailable, SpecInvalid
 from plnt_common.events import RunSnapshot
 from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole
-from plnt_common.resources import GpuClass, PlntBackendSpec
+from plnt_common.resources import GpuClass, PlntBackendSpec, RunnerPod
 from plnt_common.workflow import parse_workflow
 
 RUNNER_SERVICE_PORT = 80
@@ -135,7 +135,26 @@ def chart_values(
     # shrink the chart's own defaults.
     if "memory_gib" in spec.requirements.model_fields_set:
         values["memoryGiB"] = spec.requirements.memory_gib
+    values.update(runner_pod_values(backend.runner_pod))
     return values
+
+
+def runner_pod_values(pod: RunnerPod) -> dict[str, Any]:
+    """The backend's ``spec.runnerPod`` as chart values, for every release it installs.
+
+    Tolerations are the chart's ``tolerations`` (the GPU class's own are appended to
+    them); labels and annotations go on the pod template, where the chart keeps plnt's
+    own labels and annotations on a clash.
+    """
+    return {
+        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in pod.tolerations],
+        "affinity": copy.deepcopy(pod.affinity),
+        "priorityClassName": pod.priority_class_name or "",
+        "imagePullSecrets": [{"name": ref.name} for ref in pod.image_pull_secrets],
+        "serviceAccountName": pod.service_account_name or "",
+        "podLabels": dict(pod.labels),
+        "podAnnotations": dict(pod.annotations),
+    }
 
 
 def _api_key_ref(*, backend_name: str, backend: PlntBackendSpec) -> dict[str, str]:
