@@ -22,6 +22,10 @@ stand by and take over ``priority_timeout`` after it stops pulling), and that re
 chains each run's events. A failed event is retried in place, its run's later events
 waiting behind it with heartbeats: nothing is NAKed behind it, so every event's attempt
 count is its own handler runs.
+
+A handler waiting for a deadline (a step hold, a keep window) calls ``Delivery.defer``:
+its message is NAKed with that delay instead of acked, nothing holds a slot meanwhile,
+and the deferred deliveries are not counted as attempts.
 """
 
 import asyncio
@@ -90,9 +94,20 @@ class Delivery:
             await asyncio.wait((self.followed,), timeout=seconds)  # never cancels it
         return self.has_successor()
 
+    deferred_s: float | None = None
+    """Set by ``defer``: the message comes back after this many seconds instead of being acked."""
+
     async def in_progress(self) -> None:
         """Reset the ack timer; the consumer also does this on a timer while handlers run."""
         await self.msg.in_progress()
+
+    def defer(self, seconds: float) -> None:
+        """Have this event delivered again in ``seconds`` once the handler returns (a
+        deadline not reached yet): no slot is held meanwhile and the redelivery is not
+        counted as a failed attempt."""
+        if seconds < 0:
+            raise ValueError(f"a deferral needs a delay of 0 s or more, not {seconds}")
+        self.deferred_s = seconds
 
 
 @dataclass(frozen=True)
@@ -138,6 +153,9 @@ class EventConsumer:
         self._unrecorded: dict[int, BaseException] = {}
         """Why a message's step failed, by stream sequence, while its failure could not be
         recorded (the stream full, say): the next delivery records that reason."""
+        self._deferred_at: dict[int, int] = {}
+        """The delivery count at a message's last deferral, by stream sequence: deliveries
+        up to it were deferrals, not attempts."""
 
     async def ensure_consumer(self) -> None:
         config = api.ConsumerConfig(
@@ -237,7 +255,8 @@ class EventConsumer:
 
     async def _handle(self, msg: Msg) -> None:
         # The server counts every delivery from 1: the fallback is for the type only.
-        attempt = msg.metadata.num_delivered or 1  # pragma: no mutate
+        delivered = msg.metadata.num_delivered or 1  # pragma: no mutate
+        attempt = delivered - self._deferred_at.get(msg.metadata.sequence.stream, 0)
         try:
             envelope = decode_event(msg.data)
         except UnknownEventType as exc:  # a newer version's: a newer replica handles it
@@ -329,8 +348,9 @@ class EventConsumer:
                 msg, envelope, last or RuntimeError("delivery attempts exhausted")
             )
             return None
+        delivery = Delivery(msg=msg, attempt=attempt, followed=followed)
         try:
-            await self._handler(envelope, Delivery(msg=msg, attempt=attempt, followed=followed))
+            await self._handler(envelope, delivery)
         except Exception as exc:
             outcome = "error"
             if attempt >= self._spec.max_attempts:
@@ -351,6 +371,13 @@ class EventConsumer:
                 self._spec.service, envelope.event_type.value, outcome
             ).observe(time.perf_counter() - started)
         SAGA_STEP_RUNS.labels(self._spec.service, envelope.event_type.value).inc()
+        sequence = msg.metadata.sequence.stream
+        if delivery.deferred_s is not None:
+            # the next delivery starts its attempts afresh: this one did not fail
+            self._deferred_at[sequence] = msg.metadata.num_delivered or 1  # pragma: no mutate
+            await msg.nak(delay=delivery.deferred_s)
+            return None
+        self._deferred_at.pop(sequence, None)
         await faults.pause_point(self._spec.service, envelope.event_type.value, "before_ack")
         await msg.ack()
         return None
