@@ -234,3 +234,33 @@ async def test_two_watchers_elect_one_leader_and_start_each_saga_once(
         assert kinds[EventType.RUN_REQUESTED] == 1, (name, kinds)
         assert kinds[EventType.RUN_READY] == 1, (name, kinds)
         assert sum(n for kind, n in kinds.items() if kind.is_terminal) == 1
+
+
+# 12 s by default: longer than the saga consumer's own redeliveries (~9 s), which alone
+# would ride out a shorter outage; 30 s, the issue's figure, in the slow soak
+@pytest.mark.parametrize(
+    "outage_s",
+    [pytest.param(12.0, id="12s"), pytest.param(30.0, id="30s", marks=pytest.mark.slow)],
+)
+async def test_a_run_whose_status_writes_are_refused_for_a_while_still_shows_ready(
+    outage_s: float,
+    stack: Supervisor,
+    cluster: tuple[KubeEmulator, Path],
+    bus_client: Client,
+    objects: client.CustomObjectsApi,
+    registry: Path,
+) -> None:
+    """The API server refuses every status write of the run (a control-plane upgrade)
+    while its saga runs, then recovers: the run shows Ready, no watcher restarted."""
+    emulator, _ = cluster
+    name = f"outage-{int(outage_s)}"
+    watchers = {p.name: p.pid for p in stack.services() if p.name.startswith("watcher")}
+    emulator.refuse_status_writes(code=503, seconds=outage_s, name=name)
+    started = time.monotonic()
+    await create(objects, registry, name)
+
+    await wait_run(objects, name, ready, timeout_s=outage_s + 60)
+
+    assert time.monotonic() - started >= outage_s
+    assert emulator.requests("PUT", f"/workflowruns/{name}/status") > 1
+    assert {p.name: p.pid for p in stack.services() if p.name.startswith("watcher")} == watchers
