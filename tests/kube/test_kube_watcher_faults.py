@@ -210,6 +210,9 @@ async def test_an_object_whose_updates_are_refused_delays_no_other_and_relists_n
                 break
             assert time.monotonic() < deadline, "the objects after the refused one waited"
             await asyncio.sleep(0.05)
+        while REGISTRY.get_sample_value("plnt_watcher_queue_depth") != 1:
+            assert time.monotonic() < deadline, "the refused object is not counted as queued"
+            await asyncio.sleep(0.01)
         while emulator.requests("PATCH", "/workflowruns/a-refused") < 2:
             assert time.monotonic() < deadline + 5, "the refused object was not retried"
             await asyncio.sleep(0.05)
