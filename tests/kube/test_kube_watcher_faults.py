@@ -4,6 +4,7 @@ status left stale is repaired from the projection at the next list."""
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import time
 from collections.abc import AsyncIterator, Callable
@@ -305,3 +306,29 @@ async def test_a_429_is_honoured_for_its_retry_after(
     gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(reads)]
     assert min(gaps) >= 1.0, f"a Retry-After was not waited: {gaps}"
     assert retries() == before  # honoured by the call itself, not the status backoff
+
+
+async def test_the_emulator_pages_like_an_api_server(
+    objects: client.CustomObjectsApi, emulator: KubeEmulator
+) -> None:
+    for name in ("a", "b", "c", "d", "e"):
+        await in_thread(create_run, objects, name)
+
+    def listed(**paging: Any) -> Any:
+        return objects.list_namespaced_custom_object(GROUP, VERSION, "default", RUNS, **paging)
+
+    first = await in_thread(functools.partial(listed, limit=2))
+    assert [i["metadata"]["name"] for i in first["items"]] == ["a", "b"]
+    assert first["metadata"]["remainingItemCount"] == 3
+    rest = await in_thread(
+        functools.partial(listed, limit=10, _continue=first["metadata"]["continue"])
+    )
+    assert [i["metadata"]["name"] for i in rest["items"]] == ["c", "d", "e"]
+    assert "continue" not in rest["metadata"]
+    assert rest["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+
+    await in_thread(create_run, objects, "f")
+    emulator.compact()
+    with pytest.raises(client.ApiException) as stale:
+        await in_thread(functools.partial(listed, limit=2, _continue=first["metadata"]["continue"]))
+    assert stale.value.status == 410
