@@ -1,7 +1,8 @@
 """The installer keeps the previous revision at 0 % for ``spec.rollback.keepPreviousFor``:
-the promotion's ``run.ready`` is held until its time plus the window (a delivery after a
-crash resumes from the event's time), a revert ends the hold and retires the reverted
-revision instead. A real nats-server carries the events; the backend is in memory."""
+the promotion's ``run.ready`` is deferred from check to check until its time plus the
+window (a delivery after a crash resumes from the event's time), a revert ends the window
+and retires the reverted revision instead. A real nats-server carries the events; the
+backend is in memory."""
 
 import asyncio
 import time
@@ -11,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 from installer_helm_support import RUN, RUN_NS, desired, spec_pulled
+from nats.aio.msg import Msg
 from test_installer_helm_handlers import MemoryBackend
 
 from plnt_common.bus.bus import Bus
@@ -20,6 +22,7 @@ from plnt_common.events import Envelope, EventType, RunReady, RunReverted, SpecP
 from plnt_common.releases import DesiredRelease, ReleaseRole
 from plnt_common.resources import Rollback
 from plnt_common.status import Reason
+from plnt_installer import keep
 from plnt_installer.handlers import InstallerHandlers
 
 SAGA = f"{RUN_NS}.{RUN}.2.1"
@@ -30,6 +33,11 @@ async def bus(nats_url: str) -> AsyncIterator[Bus]:
     opened = await Bus.open(nats_url, service="test")
     yield opened
     await opened.close()
+
+
+@pytest.fixture(autouse=True)
+def quick_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keep, "CHECK_S", 0.1)
 
 
 @pytest.fixture
@@ -77,8 +85,22 @@ async def promoted_keeping(
     return old, new, event(EventType.RUN_READY, ready)
 
 
+def a_delivery() -> Delivery:
+    return Delivery(msg=cast(Msg, None), attempt=1)  # defer never touches the message
+
+
+async def deliver_until_acked(handlers: InstallerHandlers, cause: Envelope) -> None:
+    """What the consumer does: deliver again after each deferral, until one is acked."""
+    while True:
+        delivery = a_delivery()
+        await handlers.handle(cause, delivery)
+        if delivery.deferred_s is None:
+            return
+        await asyncio.sleep(delivery.deferred_s)
+
+
 def handle(handlers: InstallerHandlers, cause: Envelope) -> "asyncio.Task[None]":
-    return asyncio.create_task(handlers.handle(cause, cast(Delivery, None)))
+    return asyncio.create_task(deliver_until_acked(handlers, cause))
 
 
 async def test_the_previous_release_is_kept_as_previous_for_the_window_then_retired(
@@ -184,3 +206,32 @@ async def test_a_late_run_reverted_of_a_superseded_saga_leaves_the_releases_alon
     late = event(EventType.RUN_REVERTED, reverted, sagaid=f"{RUN_NS}.{RUN}.2.2")
     await asyncio.wait_for(handle(handlers, late), timeout=2)
     assert backend.calls == []
+
+
+async def test_a_kept_release_holds_no_delivery_it_is_deferred_to_the_next_check(
+    bus: Bus, handlers: InstallerHandlers, backend: MemoryBackend
+) -> None:
+    old, _, ready = await promoted_keeping(bus, backend, "1h")
+    delivery = a_delivery()
+    await asyncio.wait_for(handlers.handle(ready, delivery), timeout=2)
+    assert delivery.deferred_s == keep.CHECK_S
+    assert backend.held[old.release].role is ReleaseRole.PREVIOUS
+
+
+async def test_a_restarted_installer_retires_the_kept_release_at_the_original_deadline(
+    bus: Bus, handlers: InstallerHandlers, backend: MemoryBackend
+) -> None:
+    old, new, ready = await promoted_keeping(bus, backend, "1500ms")
+    started = time.monotonic()
+    first = a_delivery()
+    await handlers.handle(ready, first)
+    assert first.deferred_s is not None
+    await asyncio.sleep(0.8)  # the installer stops mid-window; a new one gets the redelivery
+    restarted = InstallerHandlers(
+        bus=bus, backends={"kubernetes": backend}, ready_timeout_s=5, uninstall_timeout_s=5
+    )
+    await asyncio.wait_for(deliver_until_acked(restarted, ready), timeout=3)
+    # the window is the event's time plus 1.5 s, not 1.5 s from the restart
+    assert 1.4 <= time.monotonic() - started < 1.5 + 0.8 - 0.1
+    assert list(backend.held) == [new.release]
+    assert old.release not in backend.held

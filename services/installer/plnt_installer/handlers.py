@@ -71,7 +71,7 @@ class InstallerHandlers:
                     message = deadline_passed(timed_out.phase, timed_out.deadline_s)
                     await self._compensate(event, Reason.STEP_TIMED_OUT, message)
             case EventType.RUN_READY:
-                await self._retire_old(event)
+                await self._retire_old(event, delivery)
             case EventType.RUN_REVERTED:
                 await self._retire_reverted(event)
             case EventType.RUN_DELETED:
@@ -313,11 +313,13 @@ class InstallerHandlers:
         await self._bus.publish_terminal(follow_up(event, kind, data, source=SERVICE))
         log.info("saga.ended", outcome=kind.value, reason=data.reason.value)
 
-    async def _retire_old(self, event: Envelope) -> None:
+    async def _retire_old(self, event: Envelope, delivery: Delivery) -> None:
         """Promote the saga's release to stable, retire the older ones.
 
         With ``spec.rollback.keepPreviousFor`` the previous stable stays at 0 % (role
-        previous) until the window ends; this delivery is held until then (``keep``).
+        previous) until the window ends: the event is deferred to its next check
+        (``keep``), every delivery redoing this idempotently, and the one at the deadline
+        retires the kept release.
         """
         data: RunReady = event.payload()
         latest, _ = await latest_saga(self._bus, event.namespace, event.name)
@@ -327,6 +329,11 @@ class InstallerHandlers:
             log.info("saga.ready_after_revert", latest=latest)
             return
         held = await self._held(event.namespace, event.name)
+        if not any(release.saga_id == event.sagaid for _, release in held):
+            # a deferred check after a revert or a newer promotion retired this saga's
+            # release: what it kept is theirs now, not to be demoted again
+            log.info("saga.promoted_release_gone")
+            return
         for backend, release in held:
             if release.saga_id == event.sagaid and release.role is not ReleaseRole.STABLE:
                 await backend.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
@@ -356,12 +363,14 @@ class InstallerHandlers:
                 return False
             return any(r.release == kept.release and r.role is ReleaseRole.PREVIOUS for r in now)
 
-        if await keep.hold_kept(
-            remaining=keep.remaining_s(event.time, keep_s), still_kept=still_kept
-        ):
-            await self._retire([(holder, kept)], [kept])
-        else:
+        if not await still_kept():
             log.info("release.no_longer_kept", release=kept.release, revision=kept.revision)
+            return
+        remaining = keep.remaining_s(event.time, keep_s)
+        if remaining > 0:
+            delivery.defer(keep.next_check_s(remaining))
+            return
+        await self._retire([(holder, kept)], [kept])
 
     async def _keep_previous_s(self, event: Envelope) -> float:
         """The saga's spec.rollback.keepPreviousFor; 0 once a newer saga's spec was pulled."""

@@ -1,19 +1,18 @@
 """Keeping the previous revision installed at 0 % for ``spec.rollback.keepPreviousFor``.
 
-The installer holds the promotion's ``run.ready`` (the consumer keeps it in progress)
-until the event's time plus the window, then retires the kept release. The deadline is
-computed from the event, so a delivery after a crash resumes the same window (or retires
-at once when it has passed). The hold ends early when the release is no longer kept: a
-revert made it the stable again, or a newer promotion retired it.
+The window is a deadline, not a held delivery: the promotion's ``run.ready`` is deferred
+(``Delivery.defer``, a NAK with delay) to its next check, at most ``CHECK_S`` away and
+never past the deadline, so a kept release holds none of the consumer's slots. The
+deadline is the event's time plus the window, so a delivery after a crash or a restart
+resumes the same window (or retires at once when it has passed). A check that finds the
+release no longer kept (a revert made it the stable again, or a newer promotion retired
+it) ends the window.
 """
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-TICK_S = 0.5
-"""Between two checks that the release is still kept."""
+CHECK_S = 30.0
+"""Between two checks that the release is still kept; the last check lands on the deadline."""
 
 
 def remaining_s(ready_at: datetime, keep_s: float, *, now: datetime | None = None) -> float:
@@ -22,18 +21,6 @@ def remaining_s(ready_at: datetime, keep_s: float, *, now: datetime | None = Non
     return max(0.0, keep_s - elapsed)
 
 
-async def hold_kept(
-    *,
-    remaining: float,
-    still_kept: Callable[[], Awaitable[bool]],
-    tick_s: float = TICK_S,
-    clock: Callable[[], float] = time.monotonic,
-) -> bool:
-    """Wait out ``remaining`` seconds; True when the release is still kept at the end."""
-    until = clock() + remaining
-    while await still_kept():
-        left = until - clock()
-        if left <= 0:
-            return True
-        await asyncio.sleep(min(tick_s, left))
-    return False
+def next_check_s(remaining: float) -> float:
+    """How long the event is deferred: to the next check, or to the deadline if sooner."""
+    return min(CHECK_S, remaining)
