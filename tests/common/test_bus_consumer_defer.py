@@ -62,3 +62,46 @@ def test_a_negative_deferral_is_refused_with_its_value() -> None:
     delivery = Delivery(msg=None, attempt=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="-1"):
         delivery.defer(-1)
+
+
+async def test_a_consumer_started_after_a_deferral_does_not_count_it_as_an_attempt(
+    nats_url: str,
+) -> None:
+    bus = await Bus.open(nats_url, service="test")
+    await bus.publish(deleted_event("restarted"))
+    spec = ConsumerSpec(
+        service="deferrestart",
+        filters=(subjects.event_filter(EventType.RUN_DELETED),),
+        backoff_s=(0.05,),
+        max_attempts=2,
+    )
+    exhausted_for: list[str] = []
+
+    async def exhausted(event: Envelope, exc: BaseException) -> None:
+        exhausted_for.append(event.name)
+
+    deferred = asyncio.Event()
+    count = 0
+
+    async def deferring(event: Envelope, delivery: Delivery) -> None:
+        nonlocal count
+        count += 1
+        delivery.defer(0.05)
+        if count == 4:
+            deferred.set()
+
+    await consume_until(bus, spec, deferring, exhausted, deferred)
+    attempts: list[int] = []
+    acked = asyncio.Event()
+
+    async def acking(event: Envelope, delivery: Delivery) -> None:
+        attempts.append(delivery.attempt)
+        acked.set()
+
+    async def exhausted_at_once(event: Envelope, exc: BaseException) -> None:
+        await exhausted(event, exc)
+        acked.set()  # fail fast: the deferrals were counted as attempts
+
+    await consume_until(bus, spec, acking, exhausted_at_once, acked)
+    assert attempts == [1] and exhausted_for == []
+    await bus.close()

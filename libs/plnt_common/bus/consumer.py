@@ -256,7 +256,7 @@ class EventConsumer:
     async def _handle(self, msg: Msg) -> None:
         # The server counts every delivery from 1: the fallback is for the type only.
         delivered = msg.metadata.num_delivered or 1  # pragma: no mutate
-        attempt = delivered - self._deferred_at.get(msg.metadata.sequence.stream, 0)
+        attempt = delivered - await self._deferrals(msg.metadata.sequence.stream, delivered)
         try:
             envelope = decode_event(msg.data)
         except UnknownEventType as exc:  # a newer version's: a newer replica handles it
@@ -374,13 +374,39 @@ class EventConsumer:
         sequence = msg.metadata.sequence.stream
         if delivery.deferred_s is not None:
             # the next delivery starts its attempts afresh: this one did not fail
-            self._deferred_at[sequence] = msg.metadata.num_delivered or 1  # pragma: no mutate
+            delivered = msg.metadata.num_delivered or 1  # pragma: no mutate
+            self._deferred_at[sequence] = delivered
+            await self._record_deferral(sequence, delivered)
             await msg.nak(delay=delivery.deferred_s)
             return None
-        self._deferred_at.pop(sequence, None)
+        if self._deferred_at.pop(sequence, None) is not None:
+            with contextlib.suppress(Exception):  # a leftover record costs a key only
+                await self._bus.sagas.delete(self._deferral_key(sequence))
         await faults.pause_point(self._spec.service, envelope.event_type.value, "before_ack")
         await msg.ack()
         return None
+
+    def _deferral_key(self, sequence: int) -> str:
+        return f"deferred.{subjects.durable_name(self._spec.service)}.{sequence}"
+
+    async def _record_deferral(self, sequence: int, delivered: int) -> None:
+        """Record the deferral in ``plnt-sagas`` too: a replica started after it (a
+        restart) must not count the deferred deliveries as failed attempts."""
+        try:
+            await self._bus.sagas.put(self._deferral_key(sequence), str(delivered).encode())
+        except Exception as exc:
+            log.warning("consumer.deferral_not_recorded", sequence=sequence, error=repr(exc))
+
+    async def _deferrals(self, sequence: int, delivered: int) -> int:
+        """How many of a message's deliveries were deferrals (see ``Delivery.defer``)."""
+        if sequence in self._deferred_at or delivered == 1:
+            return self._deferred_at.get(sequence, 0)
+        try:  # a redelivery this replica did not defer: another one, or before a restart
+            entry = await self._bus.sagas.get(self._deferral_key(sequence))
+        except Exception:  # none recorded (the usual case), or the bucket unreachable
+            return 0
+        self._deferred_at[sequence] = int(entry.value or b"0")
+        return self._deferred_at[sequence]
 
     async def _exhausted(self, msg: Msg, envelope: Envelope, exc: BaseException) -> None:
         log.error("handler.exhausted", error=str(exc) or repr(exc))
