@@ -5,6 +5,7 @@ A real nats-server carries the events; the backends are in-memory ``ReleaseBacke
 that record what they were told (the adapters have their own tests).
 """
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
@@ -58,6 +59,10 @@ class MemoryBackend:
         """The PlntBackend of each install that passed its spec.pulled."""
         self.while_waiting: Callable[[], Awaitable[object]] | None = None
         """What happens elsewhere while an install waits for readiness."""
+        self.never_ready = False
+        """A runner that never answers: wait_ready waits out its timeout, then fails."""
+        self.waited: list[float] = []
+        """The timeout of each wait_ready."""
 
     async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         self.calls.append(f"install {release.release} {release.role.value}")
@@ -76,8 +81,12 @@ class MemoryBackend:
         timeout_s: float,
         pulled: SpecPulled | None = None,
     ) -> ObservedRelease:
+        self.waited.append(timeout_s)
         if self.while_waiting is not None:
             await self.while_waiting()
+        if self.never_ready:
+            await asyncio.sleep(timeout_s)
+            raise InstallFailed(f"release {release} was not ready after {timeout_s:g}s")
         held = self.held[release]
         return ObservedRelease(
             namespace=namespace,
@@ -267,6 +276,44 @@ async def test_an_install_the_backend_refuses_publishes_install_failed_at_once(
     assert kind is EventType.INSTALL_FAILED
     assert data["message"] == kube.refuse
     assert data["release"] == "default-review-responder-g1"
+
+
+async def test_a_runner_never_ready_fails_after_the_backends_ready_timeout_naming_it(
+    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
+) -> None:
+    kube.never_ready = True
+    pulled = spec_pulled()
+    pulled = pulled.model_copy(
+        update={"backend": pulled.backend.model_copy(update={"ready_timeout": "1s"})}
+    )
+
+    await _handle(handlers, _event(EventType.SPEC_PULLED, pulled, generation=1))
+
+    assert kube.waited == [1.0]  # the backend's, under the installer's cap of 5 s
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.INSTALL_FAILED
+    assert data["message"].endswith(
+        f"the timeout is spec.readyTimeout of PlntBackend {pulled.backend_name} (1s)"
+    )
+
+
+async def test_the_installers_cap_bounds_a_longer_backend_ready_timeout(
+    bus: Bus, local: MemoryBackend, kube: MemoryBackend
+) -> None:
+    kube.never_ready = True
+    capped = InstallerHandlers(
+        bus=bus,
+        backends={"local": local, "kubernetes": kube},
+        ready_timeout_s=0.2,
+        uninstall_timeout_s=5,
+    )
+
+    await _handle(capped, _event(EventType.SPEC_PULLED, spec_pulled(), generation=1))
+
+    assert kube.waited == [0.2]  # not the backend's default 10m
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.INSTALL_FAILED
+    assert "PLNT_INSTALLER_READY_TIMEOUT_S (0.2s" in data["message"]
 
 
 async def test_compensation_removes_the_canary_from_the_backend_holding_it(

@@ -146,7 +146,8 @@ async def test_without_keep_the_previous_release_is_retired_at_promotion(
 ) -> None:
     _, new, ready = await promoted_keeping(bus, backend, None)
     await asyncio.wait_for(handle(handlers, ready), timeout=0.5)
-    assert backend.calls == [f"install {new.release} stable", "uninstall review-responder-g1"]
+    previous = "default-review-responder-g1"
+    assert backend.calls == [f"install {new.release} stable", f"uninstall {previous}"]
 
 
 async def test_a_revert_ends_the_hold_retires_the_reverted_and_keeps_the_previous_serving(

@@ -109,7 +109,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
 {{- define "plnt.settingKeys" -}}
 {{- $keys := dict
   "watcher" (list "source" "concurrency" "statusLingerS" "deadlinePullingS" "deadlineInstallingS" "deadlineSmokingS" "deadlinePromotingS" "deadlineProgressingS" "deadlineCheckIntervalS"
-                  "kubeconfig" "kubeContext" "kubeNamespace" "kubeWatchTimeoutS" "kubeRequestTimeoutS" "kubeEvents"
+                  "kubeconfig" "kubeContext" "kubeNamespace" "kubeWatchTimeoutS" "kubeRequestTimeoutS" "kubeListPageSize" "kubeEvents"
                   "leaderElection" "leaseName" "leaseNamespace" "leaseDurationS" "leaseRenewDeadlineS" "leaseRetryPeriodS" "leaseIdentity")
   "puller" (list "s3EndpointUrl" "s3Region" "s3MaxAttempts" "connectTimeoutS" "readTimeoutS" "maxAttempts" "retryBackoffS" "concurrency"
                  "ociInsecureRegistries" "ociDockerConfig" "ociMaxAttempts" "backends" "kubeconfig")

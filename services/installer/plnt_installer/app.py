@@ -70,7 +70,6 @@ def default_backends(bus: Bus, settings: InstallerSettings) -> dict[str, Release
             specs=ObjectStoreSpecSource(store=bus.specs),
             connector=KubeConnector(),
             chart=settings.runner_chart,
-            helm_timeout_s=settings.ready_timeout_s,
         ),
     }
 

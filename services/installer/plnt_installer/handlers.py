@@ -1,6 +1,7 @@
 """Installer handlers: install canaries, compensate them, retire and remove releases."""
 
 import asyncio
+import time
 
 from plnt_common import faults
 from plnt_common.bus.bus import Bus
@@ -47,7 +48,7 @@ class InstallerHandlers:
         *,
         bus: Bus,
         backends: dict[str, ReleaseBackend],
-        ready_timeout_s: float,
+        ready_timeout_s: float | None,
         uninstall_timeout_s: float,
     ) -> None:
         self._bus = bus
@@ -197,15 +198,21 @@ class InstallerHandlers:
         self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
     ) -> ObservedRelease | None:
         """The canary once it serves; None once install.failed is published."""
+        timeout_s, source = logic.ready_timeout(
+            data.backend, backend_name=data.backend_name, cap_s=self._ready_timeout_s
+        )
+        started = time.monotonic()
         try:
             return await backend.wait_ready(
                 namespace=desired.namespace,
                 release=desired.release,
                 saga_id=event.sagaid,
-                timeout_s=self._ready_timeout_s,
+                timeout_s=timeout_s,
                 pulled=data,
             )
         except InstallFailed as exc:
+            if time.monotonic() - started >= timeout_s:
+                exc = InstallFailed(f"{exc}; the timeout is {source}", reason=exc.reason)
             await self._publish_install_failed(event, desired, exc)
             return None
 

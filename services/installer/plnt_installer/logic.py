@@ -6,6 +6,7 @@ Imports no I/O library; handlers observe, call these, then act through the port.
 from plnt_common.events import EventType, SpecPulled
 from plnt_common.projection import saga_order
 from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole, release_name
+from plnt_common.resources import PlntBackendSpec
 from plnt_common.status import Reason
 
 INSTALL_REASONS = frozenset({Reason.CODE_INVALID, Reason.DEPENDENCIES_FAILED})
@@ -90,3 +91,14 @@ def install_failure_reason(reported: str) -> Reason:
     except ValueError:
         return Reason.INSTALL_FAILED
     return reason if reason in INSTALL_REASONS else Reason.INSTALL_FAILED
+
+
+def ready_timeout(
+    backend: PlntBackendSpec, *, backend_name: str, cap_s: float | None
+) -> tuple[float, str]:
+    """How long a canary may take to serve, and where that figure comes from: the
+    backend's ``spec.readyTimeout``, bounded by the installer's optional cap."""
+    own = backend.ready_timeout_s
+    if cap_s is not None and cap_s < own:
+        return cap_s, f"PLNT_INSTALLER_READY_TIMEOUT_S ({cap_s:g}s, a cap below the backend's)"
+    return own, f"spec.readyTimeout of PlntBackend {backend_name} ({backend.ready_timeout})"

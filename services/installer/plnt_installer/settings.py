@@ -21,8 +21,11 @@ def _default_runner_chart() -> Path:
 class InstallerSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="PLNT_INSTALLER_", extra="ignore")
 
-    ready_timeout_s: float = Field(
-        default=120.0, gt=0, description="How long a canary may take to become ready."
+    ready_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="A cap on every backend's spec.readyTimeout (how long a canary may "
+        "take to serve), in seconds; unset: each backend's own (default 10m).",
     )
     uninstall_timeout_s: float = Field(
         default=30.0, gt=0, description="How long removing a release may take."
