@@ -42,6 +42,7 @@ SESSION = web.AppKey("plnt_console_session", Session)
 BOARD = web.AppKey("plnt_console_board", Board)
 KEEPALIVE_S = 15.0
 INVOKE_TIMEOUT_S = 120.0
+STOP_S = 2.0
 
 
 def create_app(*, board: Board, session: Session, token: str = "") -> web.Application:
@@ -91,8 +92,8 @@ async def events(request: web.Request) -> web.StreamResponse:
             if message is None:
                 break
             await response.write(sse_frame(message))
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
+    except ConnectionResetError:
+        pass  # the page went away
     finally:
         board.leave(queue)
     return response
@@ -220,10 +221,10 @@ async def follow_bus(board: Board, bus: Bus) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        board.close_pages()
         await subscription.unsubscribe()
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait({task}, timeout=STOP_S)  # bounded: a stop never hangs on the watch
 
 
 async def serve(settings: ConsoleSettings) -> None:

@@ -72,6 +72,12 @@ class Board:
     def leave(self, queue: asyncio.Queue[Message | None]) -> None:
         self._pages.discard(queue)
 
+    def close_pages(self) -> None:
+        """Ends every page's stream (shutting down: an open stream would hold the server)."""
+        for queue in self._pages:
+            queue.put_nowait(None)
+        self._pages.clear()
+
     @property
     def pages(self) -> int:
         return len(self._pages)
