@@ -134,6 +134,7 @@ def _router(tmp: Path, nats_url: str, name: str, **limits: int) -> Child:
         "PLNT_NATS_URL": nats_url,
         "PLNT_ROUTER_HOST": "127.0.0.1",
         "PLNT_ROUTER_PORT": str(free_port()),
+        "PLNT_ROUTER_AUTH": "none",
         "PLNT_LOG_LEVEL": "warning",
         **{f"PLNT_ROUTER_{key.upper()}": str(value) for key, value in limits.items()},
     }

@@ -112,6 +112,7 @@ def _router(tmp: Path, nats_url: str, name: str, base: dict[str, str]) -> Child:
         "PLNT_NATS_URL": nats_url,
         "PLNT_ROUTER_HOST": "127.0.0.1",
         "PLNT_ROUTER_PORT": str(free_port()),
+        "PLNT_ROUTER_AUTH": "none",
         "PLNT_LOG_LEVEL": "warning",
     }
     child = Child.python("plnt_router", cpu=SUT_CPU, log=tmp / f"{name}.log")

@@ -4,16 +4,15 @@ SIGTERM and SIGINT set one ``stop`` event; the service stops fetching, lets in-f
 handlers finish and ack, drains its connection, and returns. A service with no live NATS
 connection when told to stop (still waiting for the first server, or reconnecting) is
 cancelled at once: nothing it holds can be acknowledged, the server redelivers it. With
-``metrics_port`` set, Prometheus metrics are served on it.
+``metrics_port`` set, ``/metrics``, ``/healthz`` and ``/readyz`` are served on it
+(``plnt_common.health``).
 """
 
 import asyncio
 import signal
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import start_http_server
-
-from plnt_common import event_loop
+from plnt_common import event_loop, health
 from plnt_common.bus.connection import any_connected
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.settings import CommonSettings
@@ -38,12 +37,16 @@ def run_service(name: str, settings: CommonSettings, body: ServiceBody) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        probes = None
         if settings.metrics_port:
-            # prometheus_client's own server thread: /metrics without an HTTP framework
-            start_http_server(settings.metrics_port, addr="0.0.0.0")
+            probes = await health.serve_probes(settings.metrics_port)
             service_log.info("metrics.serving", port=settings.metrics_port)
         service_log.info("service.starting", nats=settings.nats_url)
-        await run_until_stopped(body, stop)
+        try:
+            await run_until_stopped(body, stop)
+        finally:
+            if probes is not None:
+                await probes.cleanup()
         service_log.info("service.stopped")
 
     event_loop.run(main())

@@ -118,6 +118,7 @@ class Stack:
         env = {
             "PLNT_NATS_URL": self.nats_url,
             "PLNT_ROUTER_PORT": str(self.router_port),
+            "PLNT_ROUTER_AUTH": "none",
             "PLNT_ROUTER_FIGURES_INTERVAL_S": "0.2",
         }
         await self.processes.spawn("plnt_router", env)

@@ -99,7 +99,8 @@ def start_router(start_app: StartApp, table: RouteTable) -> Callable[..., Awaita
     arguments override settings."""
 
     async def start(**overrides: Any) -> str:
-        settings = RouterSettings(**{"port": 0, "shutdown_grace_s": 1.0, **overrides})
+        defaults: dict[str, Any] = {"port": 0, "shutdown_grace_s": 1.0, "auth": "none"}
+        settings = RouterSettings(**{**defaults, **overrides})
         app = create_app(settings=settings, table=table)
         return await start_app(app, runner=app_runner(app, settings=settings))
 

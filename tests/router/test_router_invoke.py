@@ -371,7 +371,7 @@ async def test_healthz_is_always_200_and_readyz_waits_for_the_table(
     start_app: Factory, http: aiohttp.ClientSession, read_error: ReadError
 ) -> None:
     table = RouteTable()
-    router = await start_app(create_app(settings=RouterSettings(port=0), table=table))
+    router = await start_app(create_app(settings=RouterSettings(port=0, auth="none"), table=table))
     async with http.get(f"{router}/healthz") as response:
         assert response.status == 200
     async with http.get(f"{router}/readyz") as response:
@@ -395,3 +395,35 @@ async def test_unknown_paths_and_methods_get_the_json_error_shape(
         error = await read_error(response)
     assert error["code"] == "method_not_allowed"
     assert "GET /workflows/echo/invoke" in error["message"]
+
+
+async def test_with_auth_keys_a_namespace_without_a_key_is_refused_too(
+    table: RouteTable,
+    start_runner: Factory,
+    start_router: Factory,
+    make_route: Any,
+    http: aiohttp.ClientSession,
+) -> None:
+    runner = await start_runner("1")
+    table.put(key="default.echo", entry=make_route("echo", stable=runner))
+    table.put(key="team-b.echo", entry=make_route("echo", namespace="team-b", stable=runner))
+    router = await start_router(auth="keys", api_keys={"default": "s3cret"})
+
+    unlisted = f"{router}/namespaces/team-b/workflows/echo/invoke"
+    async with http.post(unlisted, json={}) as response:
+        assert response.status == 401
+    async with http.post(
+        f"{router}/workflows/echo/invoke", json={}, headers={"Authorization": "Bearer s3cret"}
+    ) as response:
+        assert response.status == 200
+    assert len(runner.bodies) == 1
+
+
+async def test_with_a_metrics_port_the_public_port_serves_no_metrics(
+    start_router: Factory, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router(metrics_port=free_port())
+    async with http.get(f"{router}/metrics") as response:
+        assert response.status == 404
+    async with http.get(f"{router}/healthz") as response:
+        assert response.status == 200

@@ -49,7 +49,7 @@ async def test_spend_headers_and_statuses_make_the_totals_of_each_revision(
     canary.url = await start_app(spending_runner_app(canary, tokens="7,oops", cost="1", status=503))
     entry = make_route("live-figures", stable=stable, canary=canary, weight=50)
     table.put(key="default.live-figures", entry=entry)
-    settings = RouterSettings(port=0, shutdown_grace_s=1.0)
+    settings = RouterSettings(port=0, shutdown_grace_s=1.0, auth="none")
     app = create_app(settings=settings, table=table)
     router = await start_app(app, runner=app_runner(app, settings=settings))
     statuses = []
@@ -84,7 +84,7 @@ async def test_a_second_reading_sees_the_calls_since_the_first_and_a_4xx_is_no_e
     stable = FakeRunner("lf-again")
     stable.url = await start_app(spending_runner_app(stable, tokens="1,1", cost="0", status=422))
     table.put(key="default.lf-again", entry=make_route("lf-again", stable=stable))
-    settings = RouterSettings(port=0, shutdown_grace_s=1.0)
+    settings = RouterSettings(port=0, shutdown_grace_s=1.0, auth="none")
     app = create_app(settings=settings, table=table)
     router = await start_app(app, runner=app_runner(app, settings=settings))
     live = LiveTotals(app[INVOCATION_METRICS])

@@ -36,6 +36,7 @@ async def spawn_router(tmp_path: Path) -> AsyncIterator[Spawn]:
             **os.environ,
             "PLNT_NATS_URL": nats_url,
             "PLNT_ROUTER_PORT": "0",
+            "PLNT_ROUTER_AUTH": "none",
             "PLNT_ROUTER_SHUTDOWN_GRACE_S": "10",
             **{f"PLNT_ROUTER_{name.upper()}": value for name, value in settings.items()},
         }

@@ -82,7 +82,8 @@ async def test_route_switch_under_concurrent_calls_loses_no_accepted_call(
 
     await put(stable=stable, canary=canary, canary_weight=50)
     await wait_until(lambda: watched_table.get("default.echo") is not None, what="canary route")
-    router = await start_app(create_app(settings=RouterSettings(port=0), table=watched_table))
+    settings = RouterSettings(port=0, auth="none")
+    router = await start_app(create_app(settings=settings, table=watched_table))
 
     loop = asyncio.get_running_loop()
     # (time the call was sent, revision that served it) for every successful call

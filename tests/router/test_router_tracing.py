@@ -122,7 +122,9 @@ async def test_an_invocation_is_one_trace_router_runner_steps_llm_continuing_the
         router = await stack.enter_async_context(
             process(
                 "plnt_router",
-                tracing_env(receiver, PLNT_NATS_URL=nats_url, PLNT_ROUTER_PORT="0"),
+                tracing_env(
+                    receiver, PLNT_NATS_URL=nats_url, PLNT_ROUTER_PORT="0", PLNT_ROUTER_AUTH="none"
+                ),
                 tmp_path / "router.log",
             )
         )
@@ -222,6 +224,7 @@ async def test_a_router_given_an_unsupported_otlp_protocol_exits_2_with_one_line
         OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
         PLNT_NATS_URL=nats_url,
         PLNT_ROUTER_PORT="0",
+        PLNT_ROUTER_AUTH="none",
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -40,7 +40,7 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js import api
 
-from plnt_common import faults, subjects
+from plnt_common import faults, health, subjects
 from plnt_common.bus import durables
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.provision import ensure_durable
@@ -206,6 +206,7 @@ class EventConsumer:
         while not stop.is_set():
             try:
                 await self.ensure_consumer()
+                health.consumer_bound(durable, True)
                 feed = PullFeed(
                     self._bus.nc,
                     stream=subjects.STREAM,
@@ -217,6 +218,7 @@ class EventConsumer:
                 )
                 await feed.run(stop)
             except Exception as exc:  # the server went away or the binding went stale: re-bind
+                health.consumer_bound(durable, False)
                 if not stop.is_set():
                     log.warning("consumer.rebind", durable=durable, error=repr(exc))
                     await asyncio.sleep(REBIND_PAUSE_S)

@@ -171,6 +171,8 @@ class Supervisor:
                 "PLNT_ROUTER_PUBLIC_URL": os.environ.get(
                     "PLNT_ROUTER_PUBLIC_URL", config.router_url
                 ),
+                # bound to loopback: open unless the user asks for keys (plnt up says so)
+                "PLNT_ROUTER_AUTH": os.environ.get("PLNT_ROUTER_AUTH", "none"),
                 "PLNT_CONSOLE_PORT": str(config.console_port),
                 "PLNT_LOCAL_BACKEND_DATA_DIR": str(config.data_dir / "local-backend"),
                 "PLNT_LOCAL_BACKEND_OWNER_PID": str(os.getpid()),

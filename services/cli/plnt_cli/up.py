@@ -200,6 +200,8 @@ def run_up(config: StackConfig, *, say: Callable[[str], None]) -> int:
         if not stopping.is_set() and asyncio.run(wait_until_ready(config, stop=stopping)):
             console = f", console {config.console_url}" if config.console_url else ""
             say(f"plnt is up: NATS {config.nats_url}, router {config.router_url}{console}")
+            if os.environ.get("PLNT_ROUTER_AUTH", "none") == "none":
+                say("the router takes calls without API keys (PLNT_ROUTER_AUTH=none; loopback)")
             say(f"data and logs in {config.data_dir} (logs/<service>.log); Ctrl-C stops everything")
             while not stopping.wait(0.5):
                 pass

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from plnt_common import event_loop, tracing
+from plnt_common import event_loop, health, tracing
 from plnt_common.admission import InFlightLimiter
 from plnt_common.bus import connect
 from plnt_common.logs import configure_logging, get_logger
@@ -73,7 +73,8 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
     app.router.add_get("/v1/models", chat.models)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
-    app.router.add_get("/metrics", handlers.metrics)
+    if not settings.metrics_port:  # else on the metrics port only (serve)
+        app.router.add_get("/metrics", handlers.metrics)
     return app
 
 
@@ -145,12 +146,18 @@ async def serve(*, settings: RouterSettings, stop: asyncio.Event | None = None) 
     watch = asyncio.create_task(
         _watch_routes(settings=settings, table=table, metrics=app[INVOCATION_METRICS])
     )
+    probes = None
+    if settings.metrics_port:
+        probes = await health.serve_probes(settings.metrics_port)
+        log.info("metrics.serving", port=settings.metrics_port)
     try:
         await stop.wait()
         log.info("router.stopping", grace_s=settings.shutdown_grace_s)
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+        if probes is not None:
+            await probes.cleanup()
         await runner.cleanup()
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
@@ -173,5 +180,10 @@ def main() -> None:
     """Entry point of ``plnt serve router``: settings from the environment, JSON logs."""
     settings = RouterSettings()
     configure_logging(level=settings.log_level, fmt=settings.log_format, service="router")
+    if settings.auth == "keys" and not settings.api_keys:
+        raise SystemExit(
+            "plnt: PLNT_ROUTER_AUTH is keys but PLNT_ROUTER_API_KEYS names no key: give each "
+            "namespace's key, or set PLNT_ROUTER_AUTH=none to take calls without keys"
+        )
     tracing.setup_or_exit("router")  # OTEL_EXPORTER_OTLP_ENDPOINT unset: nothing installed
     event_loop.run(serve(settings=settings))

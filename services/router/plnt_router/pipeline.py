@@ -127,6 +127,7 @@ class CallPipeline:
             namespace: key.get_secret_value().encode()
             for namespace, key in (settings.api_keys or {}).items()
         }
+        self._open = settings.auth == "none"
 
     async def measured(
         self, request: web.Request, call: Call, work: Awaitable[web.StreamResponse]
@@ -205,10 +206,11 @@ class CallPipeline:
             span.end()
 
     def authorized(self, request: web.Request, namespace: str) -> bool:
-        """True when ``namespace`` needs no key or the request carries its bearer key."""
+        """True when the request carries ``namespace``'s bearer key, or the namespace has
+        no key and the router is open (auth none)."""
         expected = self._api_keys.get(namespace)
         if expected is None:
-            return True
+            return self._open
         scheme, _, token = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
         # compare_digest: the comparison time must not reveal how much of a guess matched.
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected)

@@ -4,6 +4,8 @@ Read once at start-up by ``app.main``; nothing else in the router reads the envi
 The Helm chart's ``router`` values map one to one onto these variables.
 """
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
@@ -92,11 +94,17 @@ class RouterSettings(CommonSettings):
         description="How often the router publishes its cumulative call totals per workflow "
         "and revision on the bus, for the promoter's live analysis.",
     )
+    auth: Literal["keys", "none"] = Field(
+        default="keys",
+        description="keys: a call to a namespace without a key in api_keys, or without its "
+        "valid key, is 401 (the router refuses to start with no keys); none: namespaces "
+        "not in api_keys are open (`plnt up` on loopback).",
+    )
     api_keys: dict[str, SecretStr] | None = Field(
         default=None,
         description=(
             'Optional namespace -> API key map, as JSON (e.g. \'{"default": "s3cret"}\'). '
             "Calls to a listed namespace need 'Authorization: Bearer <key>', else 401; "
-            "namespaces not listed stay open."
+            "namespaces not listed are refused with auth keys, open with auth none."
         ),
     )
