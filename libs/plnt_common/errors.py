@@ -137,6 +137,12 @@ class BusUnavailable(PlntError):
     reason = "BusUnavailable"
 
 
+class BusMisconfigured(PlntError):
+    """The NATS credentials or TLS settings are incomplete or contradict each other."""
+
+    reason = "BusMisconfigured"
+
+
 class BusFull(PlntError):
     """A stream or bucket refused a write for want of room: its limit is reached or the
     server's disk is full. Retried, since room frees (old events age out, an operator

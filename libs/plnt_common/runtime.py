@@ -13,7 +13,9 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from plnt_common import event_loop, health
+from plnt_common.bus import auth
 from plnt_common.bus.connection import any_connected
+from plnt_common.errors import BusMisconfigured
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.settings import CommonSettings
 
@@ -31,6 +33,10 @@ def run_service(name: str, settings: CommonSettings, body: ServiceBody) -> None:
     """Run ``body(stop)`` until it returns; a signal sets ``stop``."""
     configure_logging(level=settings.log_level, fmt=settings.log_format, service=name)
     service_log = get_logger(name)
+    try:
+        auth.connect_options()  # refused here in one line, not in a reconnect loop
+    except BusMisconfigured as exc:
+        raise SystemExit(f"plnt: {exc}") from None
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -19,6 +19,7 @@ from nats.aio.client import Client, Server
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
+from plnt_common.bus import auth
 from plnt_common.errors import BusUnavailable
 from plnt_common.logs import get_logger
 from plnt_common.settings import bus_settings
@@ -104,9 +105,12 @@ async def connect(
     if max_outstanding_pings is None:
         max_outstanding_pings = settings.max_outstanding_pings
 
+    errors: list[str] = []
+
     async def on_error(exc: Exception) -> None:
         # info, not warning: a reconnecting client reports every failed attempt here
-        log.info("nats.error", error=str(exc) or type(exc).__name__)
+        errors.append(str(exc) or type(exc).__name__)
+        log.info("nats.error", error=errors[-1])
 
     async def on_disconnect() -> None:
         log.info("nats.disconnected")
@@ -136,6 +140,7 @@ async def connect(
         "disconnected_cb": on_disconnect,
         "reconnected_cb": on_reconnect,
         "pending_size": 64 * 1024 * 1024,
+        **auth.connect_options(),
     }
     client = Client()
     _clients.add(client)
@@ -149,6 +154,11 @@ async def connect(
         order.connected(_netloc(client))
         return client
     except (NoServersError, OSError, TimeoutError) as exc:
+        if refused := next((e for e in errors if "authorization" in e.lower()), None):
+            raise BusUnavailable(
+                f"NATS at {url} refused plnt's credentials ({refused}): set PLNT_NATS_TOKEN, "
+                "PLNT_NATS_USER and PLNT_NATS_PASSWORD, or PLNT_NATS_CREDS"
+            ) from None
         raise BusUnavailable(
             f"cannot reach NATS at {url} ({type(exc).__name__}); is `plnt up` running? "
             "Set --nats or PLNT_NATS_URL to point elsewhere"

@@ -15,7 +15,8 @@ from aiohttp import web
 
 from plnt_common import event_loop, health, tracing
 from plnt_common.admission import InFlightLimiter
-from plnt_common.bus import connect
+from plnt_common.bus import auth, connect
+from plnt_common.errors import BusMisconfigured
 from plnt_common.logs import configure_logging, get_logger
 from plnt_router.adapters.figures_publisher import FiguresPublisher
 from plnt_router.adapters.route_watch import RouteWatcher
@@ -180,6 +181,10 @@ def main() -> None:
     """Entry point of ``plnt serve router``: settings from the environment, JSON logs."""
     settings = RouterSettings()
     configure_logging(level=settings.log_level, fmt=settings.log_format, service="router")
+    try:
+        auth.connect_options()
+    except BusMisconfigured as exc:
+        raise SystemExit(f"plnt: {exc}") from None
     if settings.auth == "keys" and not settings.api_keys:
         raise SystemExit(
             "plnt: PLNT_ROUTER_AUTH is keys but PLNT_ROUTER_API_KEYS names no key: give each "
