@@ -12,6 +12,7 @@ from plnt_chart_kit import REPO, settings_env_names
 from pydantic_settings import BaseSettings
 
 from plnt_cli.serve import SERVICES
+from plnt_console.settings import ConsoleSettings
 from plnt_installer.settings import InstallerSettings
 from plnt_local_backend.settings import LocalBackendSettings
 from plnt_promoter.settings import PromoterSettings
@@ -29,6 +30,7 @@ SETTINGS: dict[str, type[BaseSettings]] = {
     "promoter": PromoterSettings,
     "router": RouterSettings,
     "local-backend": LocalBackendSettings,
+    "console": ConsoleSettings,
 }
 # The runner is started by the local-backend, one process per release, not by compose.
 COMPOSED_SERVICES = sorted(set(SERVICES) - {"runner"})
@@ -151,7 +153,7 @@ def test_router_listens_on_8080_published_by_its_network_owner(compose: dict[str
     assert env["PLNT_ROUTER_PORT"] == "8080"
     assert env["PLNT_ROUTER_HOST"] == "0.0.0.0"
     owner = router["network_mode"].removeprefix("service:")
-    assert "8080:8080" in services[owner]["ports"]
+    assert "127.0.0.1:8080:8080" in services[owner]["ports"]
 
 
 def test_nats_runs_jetstream_with_fsync_always_from_a_mounted_config(
