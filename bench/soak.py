@@ -397,26 +397,26 @@ class Soak:
         ]
 
     async def _find_orphans(self, bus: Bus, alive: set[str]) -> None:
+        """Routes, release records and runner processes of runs no longer alive."""
         for key in await keys(bus, subjects.ROUTES_BUCKET):
             if key.split(".", 1)[1] not in alive:
                 self.report.orphans.append(f"route {key}")
         releases = await keys(bus, subjects.RELEASES_BUCKET)
         for key in releases:
             prefix, _, release = key.split(".", 2)
-            if (
-                prefix in (DESIRED_PREFIX, OBSERVED_PREFIX)
-                and release.rsplit("-g", 1)[0] not in alive
-            ):
+            if prefix in (DESIRED_PREFIX, OBSERVED_PREFIX) and _run_of(release) not in alive:
                 self.report.orphans.append(f"release {key}")
         root = self.data_dir / "local-backend" / "releases" / "default"
         for release_dir in root.iterdir() if root.exists() else []:
             pid_file = release_dir / "runner.pid"
-            if not pid_file.exists() or release_dir.name.rsplit("-g", 1)[0] in alive:
+            if not pid_file.exists() or _run_of(release_dir.name) in alive:
                 continue
             if process_alive(int(pid_file.read_text().split()[0])):
                 self.report.orphans.append(f"runner process {release_dir.name}")
         for name in alive:  # at most a stable and one canary per run, and only known ones
-            mine = [k for k in releases if k.startswith(f"{DESIRED_PREFIX}.default.{name}-g")]
+            mine = [
+                k for k in releases if k.startswith(f"{DESIRED_PREFIX}.default.default-{name}-g")
+            ]
             if len(mine) > 2:
                 self.report.orphans.append(f"{name}: {len(mine)} releases")
 
@@ -484,3 +484,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _run_of(release: str) -> str:
+    """The soak's run of a release ``default-<run>-g<generation>`` (its names are short,
+    so never hashed)."""
+    return release.rsplit("-g", 1)[0].removeprefix("default-")
