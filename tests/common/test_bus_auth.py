@@ -17,24 +17,13 @@ from cryptography.x509.oid import NameOID
 
 from plnt_common.bus.connection import connect
 from plnt_common.errors import BusMisconfigured, BusUnavailable
-from plnt_common.nats_server import free_port, nats_server_binary, wait_for_port
+from plnt_common.nats_server import free_port
+from plnt_testkit.configured_nats import configured_nats
 
 
 def start_server(tmp_path: Path, settings: str) -> Iterator[str]:
-    port = free_port()
-    config = tmp_path / "nats.conf"
-    config.write_text(f"listen: 127.0.0.1:{port}\n{settings}\n")
-    process = subprocess.Popen(
-        [nats_server_binary(), "-c", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port)
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        process.kill()
-        process.wait()
+    with configured_nats(tmp_path, settings) as url:
+        yield url
 
 
 @pytest.fixture

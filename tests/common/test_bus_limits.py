@@ -2,7 +2,6 @@
 and a full store named in the error and written once room frees."""
 
 import asyncio
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from plnt_common.bus.kv_batch import bucket_stream
 from plnt_common.bus.provision import WRITER_KEY, ensure_jetstream, plnt_version
 from plnt_common.errors import BusFull
 from plnt_common.events import Envelope, EventType, RunDeleted, new_event, saga_id
-from plnt_common.nats_server import free_port, nats_server_binary, wait_for_port
 from plnt_common.settings import BusSettings, Limit
+from plnt_testkit.configured_nats import configured_nats
 
 DAY_S = 86_400.0
 GIB = 2**30
@@ -201,23 +200,10 @@ async def test_a_step_failing_on_a_full_stream_names_it_and_its_failure_lands_on
 def small_server(tmp_path: Path) -> Iterator[str]:
     """A nats-server whose JetStream may store 256 KB: full, it answers as a full disk does
     ('insufficient resources')."""
-    port = free_port()
-    config = tmp_path / "nats-server.conf"
-    config.write_text(
-        f"host: 127.0.0.1\nport: {port}\n"
-        f'jetstream {{ store_dir: "{tmp_path / "js"}", max_file_store: 256KB }}\n'
-    )
-    process = subprocess.Popen(
-        [nats_server_binary(), "-c", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port)
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        process.kill()
-        process.wait()
+    with configured_nats(
+        tmp_path, f'jetstream {{ store_dir: "{tmp_path / "js"}", max_file_store: 256KB }}'
+    ) as url:
+        yield url
 
 
 async def test_a_server_out_of_storage_is_named_and_a_publish_lands_once_room_frees(
