@@ -9,6 +9,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from plnt_common.shadow_pairs import ShadowRoute
+
 
 class RouteTarget(BaseModel):
     """One revision the router may send a call to."""
@@ -54,6 +56,9 @@ class RouteEntry(BaseModel):
     restored_saga_id: str = Field(
         default="",
         description="Newest saga whose canary was taken out; its late canary is never routed.",
+    )
+    shadow: ShadowRoute | None = Field(
+        default=None, description="While set, a share of calls is mirrored to the canary."
     )
 
     def has_ready_target(self) -> bool:

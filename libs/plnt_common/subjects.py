@@ -10,6 +10,11 @@ DEAD_LETTER_STREAM = "PLNT_DEAD_LETTERS"
 DEAD_LETTER_SUBJECTS = (f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{STREAM}.>",)
 """The server's advisory for every message a consumer terminated (exhausted or poison)."""
 
+SHADOW_STREAM = "PLNT_SHADOW"
+SHADOW_PREFIX = "plnt.shadow"
+SHADOW_SUBJECTS = (f"{SHADOW_PREFIX}.>",)
+"""Shadow pairs the router mirrored (``plnt_common.shadow_pairs.ShadowPair``)."""
+
 RUNS_BUCKET = "plnt-runs"
 ROUTES_BUCKET = "plnt-routes"
 RESOURCES_BUCKET = "plnt-resources"
@@ -49,3 +54,8 @@ def router_figures_subject(namespace: str, name: str) -> str:
 def router_figures_filter() -> str:
     """Every workflow's router totals, for a reader that follows them all."""
     return f"{ROUTER_FIGURES_PREFIX}.>"
+
+
+def shadow_subject(namespace: str, name: str) -> str:
+    """``plnt.shadow.<namespace>.<name>``: one workflow's mirrored pairs."""
+    return f"{SHADOW_PREFIX}.{namespace}.{name}"
