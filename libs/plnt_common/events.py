@@ -14,7 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from plnt_common.errors import SpecInvalid, UnknownEventType
 from plnt_common.golden import GoldenResult
-from plnt_common.resources import AnalysisStatus, Canary, PlntBackendSpec, WorkflowRunSpec
+from plnt_common.resources import (
+    AnalysisStatus,
+    Canary,
+    PlntBackendSpec,
+    Shadow,
+    ShadowStatus,
+    WorkflowRunSpec,
+)
 from plnt_common.status import Reason
 
 TYPE_PREFIX = "work.plnt."
@@ -37,6 +44,14 @@ class EventType(StrEnum):
     """The canary met its budgets."""
     SMOKE_FAILED = "smoke.failed"
     """The canary missed a budget, or was superseded before its verdict."""
+    SHADOW_STARTED = "shadow.started"
+    """Live calls are mirrored to the canary (which takes none) and its answers judged."""
+    SHADOW_CHECKED = "shadow.checked"
+    """The shadow phase's figures so far, at a check that found new pairs (status only)."""
+    SHADOW_PASSED = "shadow.passed"
+    """The canary's mirrored answers met every budget: the steps, or promotion, follow."""
+    SHADOW_FAILED = "shadow.failed"
+    """The canary's mirrored answers broke a budget, or came too few: the canary is taken out."""
     CANARY_STEPPED = "canary.stepped"
     """The canary holds the next weight of spec.canary.steps while live calls are judged."""
     ANALYSIS_PASSED = "analysis.passed"
@@ -174,6 +189,25 @@ class CanaryStepped(_Data):
     )
 
 
+class ShadowStarted(_Data):
+    canary: CanaryRef
+    plan: Shadow = Field(description="The run's spec.canary.shadow: its share, N and budgets.")
+    noise_percent: int = Field(
+        ge=0, le=100, description="Share of live calls sent to the stable again (noise floor)."
+    )
+    figures: ShadowStatus = Field(description="No pairs yet: N and the calls waited for.")
+
+
+class ShadowJudged(_Data):
+    """The shadow phase's figures at a check (shadow.checked) or its verdict."""
+
+    canary: CanaryRef
+    plan: Shadow = Field(description="The thresholds the figures were judged against.")
+    figures: ShadowStatus = Field(
+        description="N pairs, the noise floor, each ratio, what was spent and the worst examples."
+    )
+
+
 class AnalysisVerdict(_Data):
     canary: CanaryRef
     plan: Canary
@@ -241,6 +275,10 @@ EVENT_DATA: dict[EventType, type[_Data]] = {
     EventType.INSTALL_FAILED: InstallFailed,
     EventType.SMOKE_PASSED: SmokeVerdict,
     EventType.SMOKE_FAILED: SmokeVerdict,
+    EventType.SHADOW_STARTED: ShadowStarted,
+    EventType.SHADOW_CHECKED: ShadowJudged,
+    EventType.SHADOW_PASSED: ShadowJudged,
+    EventType.SHADOW_FAILED: ShadowJudged,
     EventType.CANARY_STEPPED: CanaryStepped,
     EventType.ANALYSIS_PASSED: AnalysisVerdict,
     EventType.ANALYSIS_FAILED: AnalysisVerdict,

@@ -17,7 +17,9 @@ from plnt_common.status import Phase
 ANNOTATION_PREFIX = "plnt.work/"
 FULL = "full"
 """The ``plnt.work/promote`` value that skips the remaining steps (``--full``)."""
-ABORTABLE = frozenset({Phase.SMOKING, Phase.PROGRESSING, Phase.PAUSED})
+ABORTABLE = frozenset({Phase.SMOKING, Phase.SHADOWING, Phase.PROGRESSING, Phase.PAUSED})
+SKIPPABLE = frozenset({Phase.SHADOWING, Phase.PROGRESSING})
+"""Phases ``promote --full`` ends early: the shadow phase, the steps."""
 
 
 class Operation(StrEnum):
@@ -67,9 +69,9 @@ def refusal(
         phase = Phase.DELETING
     match operation:
         case Operation.PROMOTE:
-            if phase == Phase.PAUSED or (phase == Phase.PROGRESSING and full):
+            if phase == Phase.PAUSED or (phase in SKIPPABLE and full):
                 return ""
-            hint = " (--full skips the remaining steps)" if phase == Phase.PROGRESSING else ""
+            hint = " (--full skips the remaining steps)" if phase in SKIPPABLE else ""
             return f"{run} has nothing to promote: phase {phase.value}{hint}"
         case Operation.ABORT:
             if phase in ABORTABLE:

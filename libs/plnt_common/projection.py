@@ -23,6 +23,8 @@ from plnt_common.events import (
     RunReady,
     RunReverted,
     RunRolledBack,
+    ShadowJudged,
+    ShadowStarted,
     SmokeVerdict,
     SpecPulled,
     StepTimedOut,
@@ -44,6 +46,10 @@ STEP_RANK: dict[EventType, int] = {
     EventType.SMOKE_PASSED: 4,
     EventType.SMOKE_FAILED: 4,
     EventType.INSTALL_FAILED: 4,
+    EventType.SHADOW_STARTED: 5,
+    EventType.SHADOW_CHECKED: 5,
+    EventType.SHADOW_PASSED: 5,
+    EventType.SHADOW_FAILED: 6,
     EventType.CANARY_STEPPED: 5,
     EventType.ANALYSIS_PASSED: 5,
     EventType.ANALYSIS_FAILED: 6,
@@ -295,7 +301,7 @@ class _Draft:
             saga_id=event.sagaid, generation=event.generation, gate_after_smoke=False
         )
         self.status_updates.update(
-            canary=_NO_CANARY, smoke=_NO_SMOKE, analysis=_NO_ANALYSIS, message=""
+            canary=_NO_CANARY, smoke=_NO_SMOKE, analysis=_NO_ANALYSIS, shadow=None, message=""
         )
 
     def _set_condition(
@@ -473,6 +479,39 @@ def _analysis_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     }
 
 
+def _shadow_started(current: _Draft, event: Envelope) -> dict[str, object]:
+    data: ShadowStarted = event.payload()
+    message = (
+        f"shadowing {data.canary.revision}: {data.plan.percent}% of live calls mirrored, "
+        f"verdict after {data.plan.calls} pairs"
+    )
+    return {"status": {"phase": Phase.SHADOWING, "shadow": data.figures, "message": message}}
+
+
+def _shadow_checked(current: _Draft, event: Envelope) -> dict[str, object]:
+    """Figures only: the phase and message stay those of shadow.started."""
+    data: ShadowJudged = event.payload()
+    return {"status": {"shadow": data.figures}}
+
+
+def _shadow_passed(current: _Draft, event: Envelope) -> dict[str, object]:
+    """The steps (canary.stepped) or the promotion follow; until then, Promoting."""
+    data: ShadowJudged = event.payload()
+    message = f"shadow passed: {data.figures.reason}"
+    return {"status": {"phase": Phase.PROMOTING, "shadow": data.figures, "message": message}}
+
+
+def _shadow_failed(current: _Draft, event: Envelope) -> dict[str, object]:
+    data: ShadowJudged = event.payload()
+    return {
+        "status": {
+            "phase": Phase.ROLLING_BACK,
+            "shadow": data.figures,
+            "message": f"shadow failed: {data.figures.reason}",
+        }
+    }
+
+
 def _install_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: InstallFailed = event.payload()
     conditions = [(ConditionType.CANARY_INSTALLED, False, data.reason, data.message)]
@@ -587,6 +626,10 @@ _STEP_UPDATES = {
     EventType.SMOKE_PASSED: _smoke_passed,
     EventType.SMOKE_FAILED: _smoke_failed,
     EventType.INSTALL_FAILED: _install_failed,
+    EventType.SHADOW_STARTED: _shadow_started,
+    EventType.SHADOW_CHECKED: _shadow_checked,
+    EventType.SHADOW_PASSED: _shadow_passed,
+    EventType.SHADOW_FAILED: _shadow_failed,
     EventType.CANARY_STEPPED: _stepped,
     EventType.ANALYSIS_PASSED: _analysis_passed,
     EventType.ANALYSIS_FAILED: _analysis_failed,

@@ -228,6 +228,96 @@ class Analysis(_Model):
     )
 
 
+DEFAULT_SHADOW_MAX_DURATION = "10m"
+MAX_SHADOW_CALLS = 100_000
+
+
+class ShadowCompare(_Model):
+    """How close the canary's mirrored answers must stay to the stable's."""
+
+    min_similarity: float = Field(
+        default=0.85,
+        ge=0,
+        le=1,
+        alias="minSimilarity",
+        description="Least median answer similarity, canary vs stable (0..1).",
+    )
+    max_similarity_drop: float = Field(
+        default=0.02,
+        ge=0,
+        le=1,
+        alias="maxSimilarityDrop",
+        description="How far the canary's median may sit below the stable-vs-stable median "
+        "(the noise floor).",
+    )
+    max_cost_ratio: float = Field(
+        default=1.1,
+        gt=0,
+        le=1000,
+        alias="maxCostRatio",
+        description="Largest mean cost per call, canary / stable.",
+    )
+    max_p95_ratio: float = Field(
+        default=1.2,
+        gt=0,
+        le=1000,
+        alias="maxP95Ratio",
+        description="Largest p95 latency, canary / stable.",
+    )
+    max_error_percent_delta: float = Field(
+        default=1,
+        ge=0,
+        le=100,
+        alias="maxErrorPercentDelta",
+        description="Largest canary error percent minus the stable's, in points (non-2xx).",
+    )
+    max_tool_call_diff_percent: float = Field(
+        default=2,
+        ge=0,
+        le=100,
+        alias="maxToolCallDiffPercent",
+        description="Largest share of pairs whose intended side-effect calls differ, in percent.",
+    )
+
+
+class Shadow(_Model):
+    """Live calls mirrored to the canary after the smoke test, before it takes any."""
+
+    percent: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Share of live calls mirrored to the canary (0: no shadow phase).",
+    )
+    calls: int = Field(
+        default=200,
+        ge=1,
+        le=MAX_SHADOW_CALLS,
+        description="The verdict comes after this many paired calls.",
+    )
+    max_duration: str = Field(
+        default=DEFAULT_SHADOW_MAX_DURATION,
+        alias="maxDuration",
+        description="Too few pairs by then: the shadow phase fails (1s..24h).",
+    )
+    budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        alias="budgetUsd",
+        description="Hard cap on what shadow calls (the noise floor's too) spend on the LLM.",
+    )
+    compare: ShadowCompare = Field(default_factory=ShadowCompare)
+
+    @field_validator("max_duration")
+    @classmethod
+    def _max_duration_is_a_duration(cls, value: str) -> str:
+        return _check_duration(value, low_s=1.0, high_s=MAX_STEP_INTERVAL_S, bounds="1s and 24h")
+
+    @property
+    def max_duration_s(self) -> float:
+        return duration_seconds(self.max_duration)
+
+
 class Canary(_Model):
     traffic_percent: int = Field(default=10, ge=0, le=100, alias="trafficPercent")
     steps: tuple[int, ...] = Field(
@@ -243,6 +333,11 @@ class Canary(_Model):
         default=False,
         alias="manualGate",
         description="After the last step, wait in phase Paused until `plnt promote`.",
+    )
+    shadow: Shadow | None = Field(
+        default=None,
+        description="Mirror live calls to the canary and compare its answers before it "
+        "takes any (after the smoke test, before the steps).",
     )
 
     @field_validator("steps")
@@ -266,6 +361,11 @@ class Canary(_Model):
     @property
     def step_interval_s(self) -> float:
         return duration_seconds(self.step_interval or DEFAULT_STEP_INTERVAL)
+
+    @property
+    def shadowed(self) -> bool:
+        """A shadow phase is asked for: ``shadow.percent`` above 0."""
+        return self.shadow is not None and self.shadow.percent > 0
 
 
 class SmokeTest(_Model):
@@ -387,6 +487,62 @@ class AnalysisStatus(_Observed):
     stable: RevisionFigures = Field(default_factory=RevisionFigures)
 
 
+EXAMPLE_TEXT_CHARS = 2000
+"""Each side of a worst example in status is cut to this many characters."""
+
+
+class ShadowExample(_Observed):
+    """One mirrored call among the least similar: its input and both answers, as JSON text
+    cut to ``EXAMPLE_TEXT_CHARS``."""
+
+    input: str = ""
+    stable: str = ""
+    canary: str = ""
+    score: float = 0.0
+
+
+class ShadowStatus(_Observed):
+    """The shadow phase's latest figures: canary vs stable on mirrored live calls."""
+
+    pairs: int = Field(default=0, description="Canary pairs judged (canary vs stable).")
+    calls: int = Field(default=0, description="Pairs the verdict waits for (spec calls).")
+    noise_pairs: int = Field(
+        default=0, alias="noisePairs", description="Stable-vs-stable pairs (the noise floor)."
+    )
+    similarity: float | None = Field(
+        default=None, description="Median answer similarity, canary vs stable."
+    )
+    noise_similarity: float | None = Field(
+        default=None,
+        alias="noiseSimilarity",
+        description="Median answer similarity, stable vs stable.",
+    )
+    cost_ratio: float | None = Field(
+        default=None, alias="costRatio", description="Mean cost per call, canary / stable."
+    )
+    p95_ratio: float | None = Field(
+        default=None, alias="p95Ratio", description="p95 latency, canary / stable."
+    )
+    error_percent_delta: float = Field(
+        default=0.0,
+        alias="errorPercentDelta",
+        description="Canary error percent minus the stable's, in points.",
+    )
+    tool_call_diff_percent: float = Field(
+        default=0.0,
+        alias="toolCallDiffPercent",
+        description="Share of pairs whose side-effect calls differ, in percent.",
+    )
+    spent_usd: float = Field(
+        default=0.0, alias="spentUsd", description="What the mirrored calls cost."
+    )
+    passed: bool = False
+    reason: str = ""
+    examples: tuple[ShadowExample, ...] = Field(
+        default=(), description="The least similar pairs, worst first."
+    )
+
+
 class SmokeStatus(_Observed):
     invocations: int = 0
     p50_ms: float = Field(default=0.0, alias="p50Ms")
@@ -407,6 +563,9 @@ class WorkflowRunStatus(_Observed):
     canary: CanaryStatus = Field(default_factory=CanaryStatus)
     smoke: SmokeStatus = Field(default_factory=SmokeStatus)
     analysis: AnalysisStatus = Field(default_factory=AnalysisStatus)
+    shadow: ShadowStatus | None = Field(
+        default=None, description="The shadow phase's latest figures; None: never shadowed."
+    )
     saga_id: str = Field(default="", alias="sagaId")
     message: str = ""
 

@@ -23,6 +23,8 @@ from plnt_common.events import (
     RunReverted,
     RunRolledBack,
     RunSnapshot,
+    ShadowJudged,
+    ShadowStarted,
     SmokeFigures,
     SmokeVerdict,
     SpecPulled,
@@ -46,6 +48,8 @@ from plnt_common.resources import (
     Canary,
     CanaryStatus,
     PlntBackendSpec,
+    Shadow,
+    ShadowStatus,
     SmokeStatus,
     WorkflowRunSpec,
 )
@@ -269,6 +273,8 @@ def random_data(
     plan = Canary(steps=(10, 50), step_interval="1s")
     step = rng.randint(1, 2)
     analysis = AnalysisStatus(step=f"{step}/2", passed=rng.random() < 0.5, reason="figures")
+    shadow = Shadow(percent=20, calls=rng.randint(1, 9))
+    judged = ShadowStatus(pairs=rng.randint(0, 9), passed=rng.random() < 0.5, reason="figures")
     payloads = {
         EventType.RUN_REQUESTED: lambda: RunRequested(run=run),
         EventType.SPEC_PULLED: lambda: SpecPulled(
@@ -287,6 +293,12 @@ def random_data(
         EventType.SMOKE_PASSED: lambda: SmokeVerdict(canary=ref, figures=figures),
         EventType.SMOKE_FAILED: lambda: SmokeVerdict(canary=ref, figures=figures),
         EventType.STEP_TIMED_OUT: lambda: StepTimedOut(phase="Smoking", deadline_s=5),
+        EventType.SHADOW_STARTED: lambda: ShadowStarted(
+            canary=ref, plan=shadow, noise_percent=5, figures=ShadowStatus(calls=shadow.calls)
+        ),
+        EventType.SHADOW_CHECKED: lambda: ShadowJudged(canary=ref, plan=shadow, figures=judged),
+        EventType.SHADOW_PASSED: lambda: ShadowJudged(canary=ref, plan=shadow, figures=judged),
+        EventType.SHADOW_FAILED: lambda: ShadowJudged(canary=ref, plan=shadow, figures=judged),
         EventType.CANARY_STEPPED: lambda: CanaryStepped(
             canary=ref, plan=plan, step=step, traffic_percent=plan.steps[step - 1], hold_s=2
         ),
