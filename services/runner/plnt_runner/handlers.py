@@ -35,6 +35,8 @@ TOKENS_HEADER = "x-plnt-tokens"
 """``<prompt>,<completion>`` tokens the call spent: the router adds them to its counters."""
 COST_HEADER = "x-plnt-cost-usd"
 """The call's LLM cost in US dollars at the backend's prices."""
+DRAINING_HEADER = "x-plnt-draining"
+"""On the 503 a stopping runner answers a new request with: that call was not run."""
 RETRY_AFTER_S = 1
 """Retry-After on 429: invocations take about a second, so a slot frees up within one."""
 
@@ -82,6 +84,8 @@ async def track_calls(request: web.Request, handler: Handler) -> web.StreamRespo
     calls = request.app[CALLS]
     if calls.stopping:
         response = _error(503, "ShuttingDown", "the runner is shutting down")
+        # the call never ran: the router may send it elsewhere (runner contract, clause 7)
+        response.headers[DRAINING_HEADER] = "1"
         response.force_close()
         return response
     calls.started()
