@@ -427,3 +427,60 @@ async def test_with_a_metrics_port_the_public_port_serves_no_metrics(
         assert response.status == 404
     async with http.get(f"{router}/healthz") as response:
         assert response.status == 200
+
+
+async def test_a_call_a_draining_runner_refused_goes_where_the_route_points_now(
+    table: RouteTable,
+    start_app: Factory,
+    start_runner: Factory,
+    start_router: Factory,
+    http: aiohttp.ClientSession,
+) -> None:
+    """A rollback moves the route while a call is on its way to the runner it retires: the
+    runner answers 503 x-plnt-draining (it did not run the call) and the router sends the
+    call, once, where the route points by then; the caller never sees the 503."""
+    previous = await start_runner("s-1")
+    refused: list[bytes] = []
+
+    async def draining(request: web.Request) -> web.Response:
+        refused.append(await request.read())
+        table.put(key="default.echo", entry=stable_only(previous.target().url, "s-1"))
+        return web.json_response(
+            {"error": "the runner is shutting down", "reason": "ShuttingDown", "status": 503},
+            status=503,
+            headers={"x-plnt-draining": "1"},
+        )
+
+    app = web.Application()
+    app.router.add_post("/invoke", draining)
+    retiring = await start_app(app)
+    table.put(key="default.echo", entry=stable_only(retiring, "n-2"))
+    router = await start_router()
+    async with http.post(f"{router}/workflows/echo/invoke", json={"n": 1}) as response:
+        assert response.status == 200
+        assert response.headers["x-plnt-revision"] == "s-1"
+    assert len(refused) == 1
+    assert previous.bodies == [{"n": 1}]
+
+
+async def test_a_draining_runner_s_503_passes_through_when_the_route_has_nowhere_else(
+    table: RouteTable, start_app: Factory, start_router: Factory, http: aiohttp.ClientSession
+) -> None:
+    calls: list[int] = []
+
+    async def draining(request: web.Request) -> web.Response:
+        calls.append(1)
+        return web.json_response(
+            {"error": "the runner is shutting down", "reason": "ShuttingDown", "status": 503},
+            status=503,
+            headers={"x-plnt-draining": "1"},
+        )
+
+    app = web.Application()
+    app.router.add_post("/invoke", draining)
+    table.put(key="default.echo", entry=stable_only(await start_app(app)))
+    router = await start_router()
+    async with http.post(f"{router}/workflows/echo/invoke", json={}) as response:
+        assert response.status == 503
+        assert (await response.json())["reason"] == "ShuttingDown"
+    assert calls == [1]

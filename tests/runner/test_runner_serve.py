@@ -167,3 +167,35 @@ def test_settings_read_the_runner_prefix_and_the_common_variables(
         60,
     )
     assert all(field.description for field in RunnerSettings.model_fields.values())
+
+
+async def test_a_draining_runner_refuses_a_new_call_on_an_open_connection_as_not_run(
+    tmp_path: Path,
+) -> None:
+    """The 503 says the call was not run (x-plnt-draining), so the router may send it on."""
+    workflow = write_example(tmp_path)
+    async with (
+        FakeLLM(latency_s=0.6) as llm,
+        runner_process(workflow_file=str(workflow), llm_base_url=llm.base_url) as (process, url),
+        aiohttp.ClientSession() as pooled,
+        aiohttp.ClientSession() as other,
+    ):
+        async with pooled.get(f"{url}/healthz") as response:  # leaves a kept-alive connection
+            assert response.status == 200
+
+        async def invoke() -> int:
+            async with other.post(f"{url}/invoke", json=EXAMPLE_BODY) as response:
+                await response.read()
+                return response.status
+
+        in_flight = asyncio.create_task(invoke())
+        await eventually(lambda: _started(llm))
+        process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        async with pooled.post(f"{url}/invoke", json=EXAMPLE_BODY) as response:
+            assert response.status == 503
+            assert response.headers["x-plnt-draining"] == "1"
+            assert (await response.json())["reason"] == "ShuttingDown"
+        assert await in_flight == 200
+        assert llm.request_count == 4  # the refused call never reached the LLM
+        assert await asyncio.wait_for(process.wait(), timeout=20) == 0

@@ -52,6 +52,8 @@ MAX_NAMESPACE = 63
 FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
 TOKENS_HEADER = "x-plnt-tokens"
 COST_HEADER = "x-plnt-cost-usd"
+DRAINING_HEADER = "x-plnt-draining"
+"""On a stopping runner's 503: the call was not run, so it may go to another runner."""
 """What the runner's answer says the call spent: ``<prompt>,<completion>`` tokens, USD."""
 CLIENT_CLOSED = 499
 """Status recorded for a call whose client went away before its answer (nginx's code)."""
@@ -333,7 +335,16 @@ class CallPipeline:
             raise reject(503, "workflow_not_ready", f"workflow '{call.name}' has no ready revision")
         try:
             try:
-                return await self._post(call, target, body=body, headers=headers, stream=stream)
+                reply = await self._post(call, target, body=body, headers=headers, stream=stream)
+                if reply.status != 503 or reply.header(DRAINING_HEADER) != "1":
+                    return reply
+                # The runner is stopping and did not run the call: the route has usually
+                # moved on already (a rollback, a retirement), so it goes where that points.
+                fallback = self._instead_of_draining(call, target)
+                if fallback is None:
+                    return reply  # nowhere else: the runner's own 503
+                reply.close()
+                log.info("router.drained_elsewhere", workflow=call.workflow, to=fallback.revision)
             except UpstreamUnavailable as exc:
                 # Refused before anything was sent: another runner cannot run it twice.
                 fallback = fallback_target(entry=route.entry, failed=target)
@@ -349,6 +360,17 @@ class CallPipeline:
             return await self._post(call, fallback, body=body, headers=headers, stream=stream)
         except (UpstreamTimeout, UpstreamUnavailable) as exc:
             raise self.upstream_failure(call, exc) from None
+
+    def _instead_of_draining(self, call: Call, draining: RouteTarget) -> RouteTarget | None:
+        """Where a call refused by a stopping runner goes: the target the route picks now,
+        or its other target; None when both are that runner."""
+        route = self._table.get(call.key)
+        if route is None:
+            return None
+        target = route.pick()
+        if target is not None and target.url != draining.url:
+            return target
+        return fallback_target(entry=route.entry, failed=draining)
 
     async def _post(
         self,
