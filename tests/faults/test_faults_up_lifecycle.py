@@ -25,8 +25,9 @@ MARK = "PLNT_TEST_PROCESS_MARK"
 
 
 STOPPED_WITHIN_S = 10.0
-"""Every service's stop, run in parallel, on a busy machine: the console's alone may take its
-bounded 2 s (its runs watch does not always end at once when cancelled)."""
+"""Every service's stop, run in parallel, on a busy machine. A started console stops in about
+0.2 s (its runs watch ends at once when cancelled, with or without the server); the margin
+is for eight interpreters still importing on two busy cores when the signal comes."""
 
 
 def marked_pids(mark: str) -> list[int]:
