@@ -171,6 +171,15 @@ def traceparent(span: Span) -> str:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
+def current_trace_id() -> str:
+    """The current span's trace id as 32 hex digits; ``""`` while tracing is off or no span
+    is current."""
+    if not ENABLED:
+        return ""
+    ctx = trace.get_current_span().get_span_context()
+    return f"{ctx.trace_id:032x}" if ctx.is_valid else ""
+
+
 def exemplar() -> dict[str, str] | None:
     """``{"trace_id": ...}`` of the current span when it is sampled, for a histogram's
     ``observe(..., exemplar=...)``; None otherwise (and always while tracing is off)."""

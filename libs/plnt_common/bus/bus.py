@@ -1,7 +1,8 @@
 """``Bus``: one NATS connection with the JetStream handles a service needs, and publishing.
 
 Every publish sets ``Nats-Msg-Id`` so a redelivered handler that publishes again is
-deduplicated by the server, and retries through outages with the same id.
+deduplicated by the server, and retries through outages with the same id. While tracing
+is on it also carries ``traceparent``, naming its ``publish <type>`` span (``saga_tracing``).
 
 A store out of room (a limit reached with discard-new, or the server's disk full) answers
 503 like a leaderless stream: ``full_store`` tells them apart, a publish keeps retrying
@@ -27,7 +28,8 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
-from plnt_common import subjects
+from plnt_common import subjects, tracing
+from plnt_common.bus import saga_tracing
 from plnt_common.bus.connection import connect
 from plnt_common.bus.kv_watch import Reconnects
 from plnt_common.bus.provision import ensure_jetstream
@@ -147,6 +149,14 @@ class Bus:
         """
         subject = subjects.event_subject(envelope.event_type, envelope.namespace, envelope.name)
         headers = {"Nats-Msg-Id": message_id(envelope, step)}
+        if tracing.ENABLED:  # off: no span, no traceparent header
+            with saga_tracing.publishing(envelope, subject=subject, headers=headers):
+                return await self._publish(subject, envelope, headers, deadline_s)
+        return await self._publish(subject, envelope, headers, deadline_s)
+
+    async def _publish(
+        self, subject: str, envelope: Envelope, headers: dict[str, str], deadline_s: float
+    ) -> bool:
         payload = envelope.model_dump_json().encode()
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + deadline_s

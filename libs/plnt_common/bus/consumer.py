@@ -40,8 +40,8 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js import api
 
-from plnt_common import faults, health, subjects
-from plnt_common.bus import durables
+from plnt_common import faults, health, subjects, tracing
+from plnt_common.bus import durables, saga_tracing
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.provision import ensure_durable
 from plnt_common.bus.pull_feed import Pin, PullFeed
@@ -352,7 +352,11 @@ class EventConsumer:
             return None
         delivery = Delivery(msg=msg, attempt=attempt, followed=followed)
         try:
-            await self._handler(envelope, delivery)
+            if tracing.ENABLED:  # the handler's span, child of the publisher's
+                with saga_tracing.processing(msg, envelope, service=self._spec.service):
+                    await self._handler(envelope, delivery)
+            else:
+                await self._handler(envelope, delivery)
         except Exception as exc:
             outcome = "error"
             if attempt >= self._spec.max_attempts:
@@ -413,7 +417,11 @@ class EventConsumer:
     async def _exhausted(self, msg: Msg, envelope: Envelope, exc: BaseException) -> None:
         log.error("handler.exhausted", error=str(exc) or repr(exc))
         try:
-            await self._on_exhausted(envelope, exc)
+            if tracing.ENABLED:  # the failure event it publishes joins the saga's trace
+                with saga_tracing.processing(msg, envelope, service=self._spec.service):
+                    await self._on_exhausted(envelope, exc)
+            else:
+                await self._on_exhausted(envelope, exc)
         except Exception as publish_error:  # could not record the failure: try again later
             log.error("handler.exhausted_publish_failed", error=repr(publish_error))
             self._unrecorded[msg.metadata.sequence.stream] = exc
