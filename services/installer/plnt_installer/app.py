@@ -3,7 +3,7 @@
 import asyncio
 from collections.abc import Callable
 
-from plnt_common import subjects
+from plnt_common import subjects, tracing
 from plnt_common.backend_catalog import KubernetesOnly, StoredBackends
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec
@@ -119,4 +119,5 @@ async def run(
 
 def main() -> None:
     settings = InstallerSettings()
+    tracing.setup_or_exit(SERVICE)  # OTEL_EXPORTER_OTLP_ENDPOINT unset: nothing installed
     run_service(SERVICE, settings, lambda stop: run(settings, stop))

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from plnt_common import subjects
+from plnt_common import subjects, tracing
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec
 from plnt_common.bus.service_app import service_app
@@ -69,4 +69,5 @@ async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
 
 def main() -> None:
     settings = PromoterSettings()
+    tracing.setup_or_exit(SERVICE)  # OTEL_EXPORTER_OTLP_ENDPOINT unset: nothing installed
     run_service(SERVICE, settings, lambda stop: run(settings, stop))

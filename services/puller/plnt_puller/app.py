@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from plnt_common import subjects
+from plnt_common import subjects, tracing
 from plnt_common.backend_catalog import BackendCatalog, StoredBackends
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec
@@ -126,4 +126,5 @@ def main() -> None:
     async def body(stop: asyncio.Event) -> None:
         await run(settings, stop)
 
+    tracing.setup_or_exit(SERVICE)  # OTEL_EXPORTER_OTLP_ENDPOINT unset: nothing installed
     run_service(SERVICE, settings, body)
