@@ -168,8 +168,11 @@ class ProjectionFold:
         return {key: draft.build() for key, draft in self._drafts.items()}
 
 
-def apply_event(current: RunProjection, event: Envelope) -> RunProjection:
+def apply_event(current: RunProjection, event: Envelope, *, trace_id: str = "") -> RunProjection:
     """The projection after ``event``: pure, idempotent and independent of arrival order.
+
+    ``trace_id``: the trace the watcher handled ``event`` in; an opening event's names the
+    saga's trace (``status.traceId``). Replay passes none: the stream does not keep it.
 
     Within a saga each field (status field, condition, projection field) keeps the value
     of the event with the highest (step rank, event time) that set it, so a late or
@@ -177,7 +180,7 @@ def apply_event(current: RunProjection, event: Envelope) -> RunProjection:
     folding a saga's events in any order gives the same projection as the stream order.
     """
     draft = _Draft(current)
-    return draft.build() if draft.apply(event) else current
+    return draft.build() if draft.apply(event, trace_id=trace_id) else current
 
 
 class _ConditionUpdate(NamedTuple):
@@ -215,7 +218,7 @@ class _Draft:
     def removed(self) -> bool:
         return bool(self.updates.get("removed", self.origin.removed))
 
-    def apply(self, event: Envelope) -> bool:
+    def apply(self, event: Envelope, *, trace_id: str = "") -> bool:
         """Fold ``event`` in; False when it changes nothing (an older saga, a second end)."""
         event_type = event.event_type
         rank = STEP_RANK[event_type]
@@ -259,6 +262,8 @@ class _Draft:
             self.rank = rank
         status_updates["saga_id"] = sagaid
         status_updates["observed_generation"] = event.generation
+        if trace_id and event_type in OPENING_EVENTS:  # the trace the watcher started
+            status_updates["trace_id"] = trace_id
         return True
 
     def build(self) -> RunProjection:
@@ -301,7 +306,12 @@ class _Draft:
             saga_id=event.sagaid, generation=event.generation, gate_after_smoke=False
         )
         self.status_updates.update(
-            canary=_NO_CANARY, smoke=_NO_SMOKE, analysis=_NO_ANALYSIS, shadow=None, message=""
+            canary=_NO_CANARY,
+            smoke=_NO_SMOKE,
+            analysis=_NO_ANALYSIS,
+            shadow=None,
+            message="",
+            trace_id=None,
         )
 
     def _set_condition(

@@ -553,6 +553,10 @@ class SmokeStatus(_Observed):
     golden: tuple[GoldenResult, ...] = ()
 
 
+TRACE_ID_PATTERN = r"^[0-9a-f]{32}$"
+"""A W3C trace id: 32 lowercase hex digits."""
+
+
 class WorkflowRunStatus(_Observed):
     phase: Phase = Phase.PENDING
     observed_generation: int = Field(default=0, alias="observedGeneration")
@@ -567,6 +571,12 @@ class WorkflowRunStatus(_Observed):
         default=None, description="The shadow phase's latest figures; None: never shadowed."
     )
     saga_id: str = Field(default="", alias="sagaId")
+    trace_id: str | None = Field(
+        default=None,
+        alias="traceId",
+        pattern=TRACE_ID_PATTERN,
+        description="The OpenTelemetry trace of the current saga; None: tracing is off.",
+    )
     message: str = ""
 
 

@@ -103,5 +103,8 @@ def overdue_phase(
 
 
 def status_document(projection: RunProjection) -> dict[str, Any]:
-    """The resource status as the Kubernetes API would show it."""
-    return projection.status.model_dump(mode="json", by_alias=True)
+    """The resource status as the Kubernetes API would show it; no ``traceId`` while the
+    saga has no trace (tracing off)."""
+    status = projection.status
+    untraced = {"trace_id"} if status.trace_id is None else None
+    return status.model_dump(mode="json", by_alias=True, exclude=untraced)

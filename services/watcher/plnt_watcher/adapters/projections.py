@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from plnt_common import tracing
 from plnt_common.bus.kv_watch import Reconnects, watch_entries
 from plnt_common.errors import Conflict
 from plnt_common.events import Envelope
@@ -52,8 +53,12 @@ class ProjectionStore:
         return RunProjection.model_validate_json(entry.value), entry.revision or 0
 
     async def fold(self, event: Envelope) -> tuple[RunProjection | None, bool, int]:
-        """Apply ``event``; returns the projection, whether it changed, and its revision."""
+        """Apply ``event``; returns the projection, whether it changed, and its revision.
+
+        Folded in the span of ``event``'s handling: an opening event's trace becomes the
+        saga's ``status.traceId`` (none while tracing is off)."""
         key = run_key(event.namespace, event.name)
+        trace_id = tracing.current_trace_id() if event.event_type in OPENING_EVENTS else ""
         cached = self._known.get(key)
         if cached is not None and cached[0] is None and event.event_type not in OPENING_EVENTS:
             cached = None  # an event is dropped on the bucket's word, never on a cached read
@@ -65,7 +70,9 @@ class ProjectionStore:
                 current, revision = await self._get(key)
             if current is None and event.event_type not in OPENING_EVENTS:
                 return None, False, revision
-            updated = apply_event(current or empty_projection(event.namespace, event.name), event)
+            updated = apply_event(
+                current or empty_projection(event.namespace, event.name), event, trace_id=trace_id
+            )
             if updated == current:
                 return current, False, revision
             try:
