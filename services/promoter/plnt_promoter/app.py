@@ -18,6 +18,9 @@ CONSUMES = (
     EventType.CANARY_INSTALLED,
     EventType.SMOKE_PASSED,
     EventType.SMOKE_FAILED,
+    EventType.SHADOW_STARTED,
+    EventType.SHADOW_PASSED,
+    EventType.SHADOW_FAILED,
     EventType.CANARY_STEPPED,
     EventType.ANALYSIS_PASSED,
     EventType.ANALYSIS_FAILED,
@@ -29,6 +32,10 @@ CONSUMES = (
     EventType.RUN_DELETED,
 )
 EMITS = (
+    EventType.SHADOW_STARTED,
+    EventType.SHADOW_CHECKED,
+    EventType.SHADOW_PASSED,
+    EventType.SHADOW_FAILED,
     EventType.CANARY_STEPPED,
     EventType.ANALYSIS_PASSED,
     EventType.ANALYSIS_FAILED,
@@ -53,7 +60,11 @@ async def run(settings: PromoterSettings, stop: asyncio.Event) -> None:
     routes = RouteTable(bus.routes)
     figures = await open_figures(settings=settings, nc=bus.nc)
     handlers = PromoterHandlers(
-        bus=bus, routes=routes, public_url=settings.router_public_url, figures=figures
+        bus=bus,
+        routes=routes,
+        public_url=settings.router_public_url,
+        figures=figures,
+        shadow_check_s=settings.shadow_check_s,
     )
     follower = RouteFollower(bus=bus, routes=routes, resync_s=settings.follow_resync_s)
     following = asyncio.create_task(follower.run(stop))

@@ -11,6 +11,7 @@ from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
+from plnt_common.embeddings import SentenceEmbedder, SimilarityScorer
 from plnt_common.errors import Conflict
 from plnt_common.events import (
     AnalysisVerdict,
@@ -32,7 +33,7 @@ from plnt_common.resources import Canary
 from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
-from plnt_promoter import analysis, guard, logic, revert
+from plnt_promoter import analysis, guard, logic, revert, shadow_phase
 from plnt_promoter.adapters.route_table import RouteTable
 from plnt_promoter.adapters.saga_events import last_of_saga
 from plnt_promoter.control import OperatorControl, gated
@@ -53,6 +54,8 @@ class PromoterHandlers:
         public_url: str,
         figures: FiguresSource,
         tick_s: float = TICK_S,
+        scorer: SimilarityScorer | None = None,
+        shadow_check_s: float = shadow_phase.CHECK_S,
     ) -> None:
         self._bus = bus
         self._routes = routes
@@ -62,13 +65,25 @@ class PromoterHandlers:
         self._control = OperatorControl(
             bus=bus, routes=routes, promote=self._promote, restore=self._restore
         )
+        self._shadow = shadow_phase.ShadowPhase(
+            bus=bus,
+            routes=routes,
+            scorer=scorer or SentenceEmbedder(),
+            control=self._control,
+            restore=self._restore,
+            check_s=shadow_check_s,
+        )
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         match event.event_type:
             case EventType.CANARY_INSTALLED:
                 await self._route_canary(event)
-            case EventType.SMOKE_PASSED:
+            case EventType.SMOKE_PASSED | EventType.SHADOW_PASSED:
                 await self._on_pass(event)
+            case EventType.SHADOW_STARTED:
+                await self._shadow.judge(event, delivery)
+            case EventType.SHADOW_FAILED:
+                await self._shadow.fail(event)
             case EventType.CANARY_STEPPED:
                 await self._hold_step(event, delivery)
             case EventType.ANALYSIS_PASSED:
@@ -126,6 +141,7 @@ class PromoterHandlers:
             EventType.SMOKE_PASSED,
             EventType.SMOKE_FAILED,
             *STEP_EVENTS,
+            *shadow_phase.SHADOW_EVENTS,
         ):
             message = f"promoter gave up: {exc}"
             await self._restore(event, "", "", Reason.DELIVERY_EXHAUSTED, message)
@@ -174,6 +190,10 @@ class PromoterHandlers:
         plan = installed.payload().run.spec.canary if installed else Canary()
         verdict = logic.decide_on_pass(state, entry, event.sagaid)
         log.info("smoke.passed.decision", verdict=verdict.value)
+        if verdict is logic.Verdict.PROMOTE and await self._shadow.start(
+            event, data.canary, plan, entry
+        ):
+            return
         if verdict is logic.Verdict.PROMOTE and logic.steps_apply(plan.steps, entry):
             await self._step_to(event, data.canary, plan, step=1)
             return

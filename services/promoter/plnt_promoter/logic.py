@@ -108,7 +108,13 @@ def promoted_by(entry: RouteEntry | None, saga_id: str) -> bool:
 def promoted(entry: RouteEntry, endpoint: str) -> RouteEntry:
     """All traffic on the canary, which becomes the stable revision."""
     return entry.model_copy(
-        update={"stable": entry.canary, "canary": None, "canary_weight": 0, "endpoint": endpoint}
+        update={
+            "stable": entry.canary,
+            "canary": None,
+            "canary_weight": 0,
+            "endpoint": endpoint,
+            "shadow": None,  # promoted while shadowing (promote --full): mirroring ends
+        }
     )
 
 
@@ -122,6 +128,8 @@ def without_canary(
     current = entry or RouteEntry(namespace=namespace, name=name)
     if current.canary is not None and current.canary.saga_id == saga_id:
         current = current.model_copy(update={"canary": None, "canary_weight": 0})
+    if current.shadow is not None and current.shadow.saga_id == saga_id:
+        current = current.model_copy(update={"shadow": None})  # nothing left to mirror to
     return current.model_copy(update={"restored_saga_id": saga_id})
 
 

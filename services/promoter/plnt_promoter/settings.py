@@ -18,6 +18,11 @@ class PromoterSettings(CommonSettings):
         description="Between two sweeps of the route follower over every route (retries a "
         "route write that failed); changes themselves are followed as they happen.",
     )
+    shadow_check_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Between two checks of a shadow phase (its pairs re-read, new ones scored).",
+    )
     figures: Literal["bus", "prometheus"] = Field(
         default="bus",
         description="Where live analysis reads its figures: the totals routers publish on "
