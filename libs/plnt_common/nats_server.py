@@ -121,27 +121,61 @@ class ClusterMembership:
         ]
 
 
+@dataclass(frozen=True)
+class ClientAuth:
+    """What a client must present: a token, or a user and password (one of the two)."""
+
+    token: str = ""
+    user: str = ""
+    password: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.token) == bool(self.user) or bool(self.user) != bool(self.password):
+            raise ValueError("a token, or a user and a password")
+        for secret in (self.token, self.user, self.password):
+            if secret:
+                _quoted(secret)
+
+    def config_lines(self) -> list[str]:
+        fields = {"token": self.token} if self.token else {}
+        if self.user:
+            fields = {"user": self.user, "password": self.password}
+        return ["authorization {", *(f"  {k}: {_quoted(v)}" for k, v in fields.items()), "}"]
+
+
+def _quoted(secret: str) -> str:
+    """A nats-server config string; refused (without echoing it) where quoting could not hold."""
+    if not secret or any(c in secret for c in '"\\\n\r') or not secret.isprintable():
+        raise ValueError("a NATS secret must be printable, without quotes or backslashes")
+    return f'"{secret}"'
+
+
 def write_config(
     store_dir: Path,
     port: int,
     *,
     sync_interval: str = LOCAL_SYNC_INTERVAL,
     cluster: ClusterMembership | None = None,
+    auth: ClientAuth | None = None,
 ) -> Path:
     """A JetStream config with file storage, fsynced every ``sync_interval``; with
-    ``cluster``, the routes that make it one node of a clustered JetStream."""
+    ``cluster``, the routes that make it one node of a clustered JetStream; with ``auth``,
+    what every client must present (the file is then readable by its owner only)."""
     store_dir.mkdir(parents=True, exist_ok=True)
     config = store_dir / "nats-server.conf"
     lines = [
         "host: 127.0.0.1",
         f"port: {port}",
         *(cluster.config_lines() if cluster else []),
+        *(auth.config_lines() if auth else []),
         "jetstream {",
         f'  store_dir: "{store_dir / "jetstream"}"',
         f"  sync_interval: {checked_sync_interval(sync_interval)}",
         "}",
         "",
     ]
+    config.touch(mode=0o600)
+    config.chmod(0o600)
     config.write_text("\n".join(lines))
     return config
 
@@ -157,6 +191,7 @@ class NatsServer:
     die_with_parent: bool = True
     sync_interval: str = LOCAL_SYNC_INTERVAL
     cluster: ClusterMembership | None = None
+    auth: ClientAuth | None = None
 
     @property
     def url(self) -> str:
@@ -169,7 +204,11 @@ class NatsServer:
     def argv(self) -> list[str]:
         """The command line, with its config (re)written: the same store every time."""
         config = write_config(
-            self.store_dir, self.port, sync_interval=self.sync_interval, cluster=self.cluster
+            self.store_dir,
+            self.port,
+            sync_interval=self.sync_interval,
+            cluster=self.cluster,
+            auth=self.auth,
         )
         self.log_path = self.store_dir / "nats-server.log"
         return [nats_server_binary(), "-c", str(config)]
@@ -216,6 +255,7 @@ class NatsCluster:
         client_ports: list[int],
         sync_interval: str = LOCAL_SYNC_INTERVAL,
         die_with_parent: bool = True,
+        auth: ClientAuth | None = None,
     ) -> "NatsCluster":
         """One node per client port, each with its store under ``root/n<index>``."""
         # more candidates than needed: none may be a client port chosen (and freed) earlier
@@ -227,6 +267,7 @@ class NatsCluster:
                 port=port,
                 sync_interval=sync_interval,
                 die_with_parent=die_with_parent,
+                auth=auth,
                 cluster=ClusterMembership(
                     server_name=f"n{index}",
                     port=route_ports[index - 1],

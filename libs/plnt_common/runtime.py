@@ -55,7 +55,10 @@ def run_service(name: str, settings: CommonSettings, body: ServiceBody) -> None:
                 await probes.cleanup()
         service_log.info("service.stopped")
 
-    event_loop.run(main())
+    try:
+        event_loop.run(main())
+    except BusMisconfigured as exc:  # found connecting (a TLS handshake refused): one line
+        raise SystemExit(f"plnt: {exc}") from None
 
 
 async def run_until_stopped(body: ServiceBody, stop: asyncio.Event) -> None:

@@ -1,6 +1,7 @@
 """NATS credentials and TLS from PLNT_NATS_*: against a real nats-server that demands a
 token, a user and password, or TLS; half a setting refused at start in one line."""
 
+import asyncio
 import datetime
 import ipaddress
 import os
@@ -116,6 +117,46 @@ async def test_tls_verifies_the_server_with_the_given_ca(
     client = await connect(url)
     assert client.is_connected
     await client.close()
+
+
+@pytest.fixture
+def untrusted_ca(tmp_path: Path) -> Path:
+    """A CA that signed nothing the server presents."""
+    other = tmp_path / "other"
+    other.mkdir()
+    return _key_and_cert(other, "ca", issuer=None)[1]
+
+
+@pytest.mark.parametrize("ca", ["untrusted", "none"])
+async def test_a_server_certificate_the_client_does_not_trust_is_one_error_at_once(
+    tls_server: tuple[str, Path], untrusted_ca: Path, monkeypatch: pytest.MonkeyPatch, ca: str
+) -> None:
+    """nats-py alone never returns from such a connect (its close waits for a socket the
+    failed handshake gave away); without a CA the system's are used, and they fail too."""
+    url, _ = tls_server
+    if ca == "untrusted":
+        monkeypatch.setenv("PLNT_NATS_TLS_CA", str(untrusted_ca))
+    with pytest.raises(BusUnavailable) as refused:
+        await asyncio.wait_for(connect(url), timeout=10)
+    assert "the TLS handshake failed" in str(refused.value)
+    assert "PLNT_NATS_TLS_CA" in str(refused.value)
+
+
+def test_a_service_that_cannot_trust_the_server_stops_at_start_in_one_line(
+    tls_server: tuple[str, Path], untrusted_ca: Path
+) -> None:
+    url, _ = tls_server
+    served = subprocess.run(
+        [sys.executable, "-m", "plnt_cli", "serve", "puller"],
+        env={**os.environ, "PLNT_NATS_URL": url, "PLNT_NATS_TLS_CA": str(untrusted_ca)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert served.returncode != 0
+    last = served.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"plnt: NATS at {url}: the TLS handshake failed"), served.stderr
+    assert "Traceback" not in served.stderr
 
 
 @pytest.mark.parametrize(

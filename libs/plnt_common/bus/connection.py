@@ -11,6 +11,8 @@ client reconnects to another server, within about 15 s. nats-py's own defaults (
 """
 
 import asyncio
+import contextlib
+import ssl
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +22,7 @@ from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
 from plnt_common.bus import auth
-from plnt_common.errors import BusUnavailable
+from plnt_common.errors import BusMisconfigured, BusUnavailable
 from plnt_common.logs import get_logger
 from plnt_common.settings import bus_settings
 
@@ -107,10 +109,14 @@ async def connect(
 
     errors: list[str] = []
 
+    tls_failure: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
     async def on_error(exc: Exception) -> None:
         # info, not warning: a reconnecting client reports every failed attempt here
         errors.append(str(exc) or type(exc).__name__)
         log.info("nats.error", error=errors[-1])
+        if isinstance(exc, ssl.SSLError) and not tls_failure.done():
+            tls_failure.set_result(errors[-1])
 
     async def on_disconnect() -> None:
         log.info("nats.disconnected")
@@ -146,11 +152,11 @@ async def connect(
     _clients.add(client)
     if retry_on_start:
         log.info("nats.connecting", url=url)
-        await client.connect(**options)
+        await _connect(client, options, url=url, tls_failure=tls_failure, misconfigured=True)
         order.connected(_netloc(client))
         return client
     try:
-        await client.connect(**options)
+        await _connect(client, options, url=url, tls_failure=tls_failure, misconfigured=False)
         order.connected(_netloc(client))
         return client
     except (NoServersError, OSError, TimeoutError) as exc:
@@ -163,6 +169,39 @@ async def connect(
             f"cannot reach NATS at {url} ({type(exc).__name__}); is `plnt up` running? "
             "Set --nats or PLNT_NATS_URL to point elsewhere"
         ) from None
+
+
+async def _connect(
+    client: Client,
+    options: dict[str, Any],
+    *,
+    url: str,
+    tls_failure: "asyncio.Future[str]",
+    misconfigured: bool,
+) -> None:
+    """``client.connect``, or one error as soon as the TLS handshake fails.
+
+    nats-py never returns from a connect whose TLS handshake failed (its close waits for a
+    socket the handshake already gave away), and a certificate the client does not trust
+    does not become trusted by retrying: a service stops at start (``BusMisconfigured``),
+    a command says so (``BusUnavailable``)."""
+    connecting: asyncio.Future[Any] = asyncio.ensure_future(client.connect(**options))
+    either: set[asyncio.Future[Any]] = {connecting, tls_failure}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await connecting
+    if connecting.done() and not connecting.cancelled():
+        connecting.result()
+        return
+    problem = (
+        f"NATS at {url}: the TLS handshake failed ({tls_failure.result()}); set "
+        "PLNT_NATS_TLS_CA to the CA that signed the server's certificate"
+    )
+    raise BusMisconfigured(problem) if misconfigured else BusUnavailable(problem)
 
 
 def _netloc(client: Client) -> str | None:

@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from plnt_cli.said import SaidLines
+from plnt_common.bus.auth import NatsAuthSettings, connect_options
+from plnt_common.errors import BusMisconfigured
 from plnt_common.nats_server import (
     LOCAL_SYNC_INTERVAL,
+    ClientAuth,
     NatsCluster,
     NatsServer,
     free_ports,
@@ -88,6 +91,8 @@ class StackConfig:
     """A NATS run by someone else (tests that kill cluster nodes): none is started."""
     console_port: int = 0
     """The web console's port (``plnt up --console-port``); 0: no console is started."""
+    nats_auth: ClientAuth | None = None
+    """What the stack's own nats-server asks of clients (``embedded_nats_auth``)."""
 
     @property
     def nats_ports(self) -> tuple[int, ...]:
@@ -305,6 +310,35 @@ class Supervisor:
             self.stop_nats()
 
 
+def embedded_nats_auth(settings: NatsAuthSettings | None = None) -> ClientAuth | None:
+    """What ``plnt up``'s own nats-server asks of clients: the ``PLNT_NATS_TOKEN``, or
+    ``PLNT_NATS_USER`` and ``PLNT_NATS_PASSWORD``, that its services (they inherit the
+    environment) and the CLI in the same shell present. None when neither is set: the
+    server listens on loopback only. Raises ``BusMisconfigured`` for what it cannot serve."""
+    s = settings or NatsAuthSettings()
+    connect_options(s)  # one way at most, no half settings
+    if s.creds is not None:
+        raise BusMisconfigured(
+            "PLNT_NATS_CREDS needs a NATS run with an operator and accounts; plnt up's own "
+            "NATS takes PLNT_NATS_TOKEN, or PLNT_NATS_USER and PLNT_NATS_PASSWORD"
+        )
+    if s.tls_ca is not None or s.tls_cert is not None:
+        raise BusMisconfigured(
+            "PLNT_NATS_TLS_*: plnt up's own NATS listens on loopback without TLS; unset them"
+        )
+    try:
+        if s.token is not None:
+            return ClientAuth(token=s.token.get_secret_value())
+        if s.user is not None and s.password is not None:
+            return ClientAuth(user=s.user, password=s.password.get_secret_value())
+    except ValueError:
+        raise BusMisconfigured(
+            "PLNT_NATS_TOKEN, PLNT_NATS_USER, PLNT_NATS_PASSWORD: plnt up's own NATS takes "
+            "printable values without quotes or backslashes"
+        ) from None
+    return None
+
+
 def local_nats_servers(config: StackConfig) -> list[NatsServer]:
     """The stack's nats-server: one node on ``data_dir/nats``, or a local cluster."""
     if len(config.nats_ports) == 1:
@@ -313,11 +347,13 @@ def local_nats_servers(config: StackConfig) -> list[NatsServer]:
                 store_dir=config.data_dir / "nats",
                 port=config.nats_port,
                 sync_interval=config.nats_sync_interval,
+                auth=config.nats_auth,
             )
         ]
     cluster = NatsCluster.local(
         config.data_dir / "nats-cluster",
         client_ports=list(config.nats_ports),
         sync_interval=config.nats_sync_interval,
+        auth=config.nats_auth,
     )
     return cluster.nodes

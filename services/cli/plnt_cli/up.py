@@ -13,7 +13,13 @@ import aiohttp
 from nats.js.errors import NotFoundError
 
 from plnt_cli.locate import RunningStack, clear_pointer, running_stack, write_pointer
-from plnt_cli.supervisor import SAGA_SERVICES, StackConfig, Supervisor, choose_port
+from plnt_cli.supervisor import (
+    SAGA_SERVICES,
+    StackConfig,
+    Supervisor,
+    choose_port,
+    embedded_nats_auth,
+)
 from plnt_common import subjects
 from plnt_common.bus.connection import connect
 from plnt_common.errors import PlntError
@@ -68,6 +74,7 @@ def stack_config(
         nats_sync_interval=nats_sync_interval,
         nats_peer_ports=peer_ports(nats_cluster - 1, taken=(nats, router, console)),
         console_port=console,
+        nats_auth=embedded_nats_auth(),
     )
 
 
@@ -200,6 +207,9 @@ def run_up(config: StackConfig, *, say: Callable[[str], None]) -> int:
         if not stopping.is_set() and asyncio.run(wait_until_ready(config, stop=stopping)):
             console = f", console {config.console_url}" if config.console_url else ""
             say(f"plnt is up: NATS {config.nats_url}, router {config.router_url}{console}")
+            if config.nats_auth is not None:
+                way = "PLNT_NATS_TOKEN" if config.nats_auth.token else "PLNT_NATS_USER/PASSWORD"
+                say(f"NATS asks every client for {way}, as set in this environment")
             if os.environ.get("PLNT_ROUTER_AUTH", "none") == "none":
                 say("the router takes calls without API keys (PLNT_ROUTER_AUTH=none; loopback)")
             say(f"data and logs in {config.data_dir} (logs/<service>.log); Ctrl-C stops everything")
