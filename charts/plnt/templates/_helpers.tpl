@@ -115,7 +115,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
                  "ociInsecureRegistries" "ociDockerConfig" "ociMaxAttempts" "backends" "kubeconfig")
   "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "runnerChart" "backends" "kubeconfig")
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
-  "promoter" (list "concurrency" "followResyncS" "figures" "prometheusUrl")
+  "promoter" (list "concurrency" "followResyncS" "shadowCheckS" "figures" "prometheusUrl")
   "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS" "figuresIntervalS")
 }}
 {{- toJson (append (get $keys .) "metricsPort") }}
