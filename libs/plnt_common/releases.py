@@ -62,6 +62,9 @@ def may_be_release_of(release: str, *, namespace: str, run_name: str) -> bool:
     head = f"{namespace}-{run_name}-g"
     if release.startswith(head) and release[len(head) :].isdigit():
         return True
+    legacy = f"{run_name}-g"  # named by a plnt older than namespaced names: still the run's
+    if release.startswith(legacy) and release[len(legacy) :].isdigit():
+        return True
     cut, dash, digest = release[:-_HASH_LEN], release[-_HASH_LEN - 1], release[-_HASH_LEN:]
     if len(release) != HELM_RELEASE_NAME_MAX or dash != "-" or not _is_hex(digest):
         return False

@@ -510,3 +510,20 @@ async def test_the_saga_id_and_role_of_a_release_are_read_from_helm_alone(
     )
 
     assert await restarted.releases(namespace=RUN_NS, run_name=RUN) == [desired(pulled)]
+
+
+async def test_a_release_an_older_plnt_named_without_the_namespace_is_still_the_run_s(
+    helm_backend: HelmReleaseBackend, fake_helm: FakeHelm
+) -> None:
+    """Releases were ``<run>-g<generation>`` before names carried the namespace: after an
+    upgrade, the run's next promotion or deletion must still find (and retire) them."""
+    pulled = spec_pulled()
+    await helm_backend.install(promoted(desired(pulled)), pulled=pulled)
+    values = fake_helm.revisions(RELEASE)[-1]["values"]
+    legacy = f"{RUN}-g1"
+    fake_helm.seed(legacy, [{"revision": 1, "status": "deployed", "values": values}])
+
+    listed = await helm_backend.releases(namespace=RUN_NS, run_name=RUN)
+
+    assert sorted(r.release for r in listed) == sorted([RELEASE, legacy])
+    assert await helm_backend.releases(namespace="team-b", run_name=RUN) == []
