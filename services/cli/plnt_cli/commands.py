@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
 from plnt_cli import render
 from plnt_common import subjects
@@ -14,6 +15,7 @@ from plnt_common.bus.history import read_dead_letters, read_events
 from plnt_common.bus.replay import ReplayStats
 from plnt_common.bus.replay import replay as replay_bus
 from plnt_common.errors import PlntError, ResourceNotFound, SpecInvalid
+from plnt_common.projection import RunProjection, run_key
 from plnt_common.resource_store import PLURALS, ResourceStore
 from plnt_common.resources import Resource
 from plnt_common.status import TERMINAL_PHASES, Phase
@@ -239,6 +241,9 @@ async def history(session: Session, *, name: str, namespace: str) -> str:
     if not rows:
         raise ResourceNotFound(f"no events for {namespace}/{name} in the stream")
     timeline = render.table(["SEQ", "TIME", "SINCE START", "STEP", "SAGA", "EVENT", "DETAIL"], rows)
+    trace_id = await _saga_trace(session.bus, namespace=namespace, name=name)
+    if trace_id:
+        timeline = f"{timeline}\ntrace {trace_id}"
     dead = await read_dead_letters(session.bus.js, namespace=namespace, name=name)
     if not dead:
         return timeline
@@ -254,6 +259,18 @@ async def history(session: Session, *, name: str, namespace: str) -> str:
     ]
     table = render.table(["SEQ", "GIVEN UP BY", "DELIVERIES", "EVENT", "SAGA"], dead_rows)
     return f"{timeline}\n\nDead letters (events a service gave up on):\n{table}"
+
+
+async def _saga_trace(bus: Bus, *, namespace: str, name: str) -> str:
+    """The trace of the run's current saga (``status.traceId`` in ``plnt-runs``); ""
+    when it has none (tracing off) or the run has no projection."""
+    try:
+        entry = await bus.runs.get(run_key(namespace, name))
+    except (KeyNotFoundError, KeyDeletedError):
+        return ""
+    if not entry.value:
+        return ""
+    return RunProjection.model_validate_json(entry.value).status.trace_id or ""
 
 
 def _detail(data: dict[str, Any]) -> str:
