@@ -501,6 +501,10 @@ class ShadowExample(_Observed):
     score: float = 0.0
 
 
+SHADOW_JUDGING = "judging"
+"""How ``ShadowStatus.reason`` starts while no verdict is in (``judging: 57 of 200 pairs``)."""
+
+
 class ShadowStatus(_Observed):
     """The shadow phase's latest figures: canary vs stable on mirrored live calls."""
 

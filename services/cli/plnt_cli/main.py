@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from plnt_cli import arguments, commands, publish, runner
+from plnt_cli import arguments, commands, publish, runner, shadow
 from plnt_cli.locate import resolve_nats_url
 from plnt_cli.operate import operate
 from plnt_cli.serve import SERVICES, service_main
@@ -135,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("name", type=arguments.run_name)
     history.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
 
+    shadowed = sub.add_parser(
+        "shadow", help="a workflowrun's shadow figures and its least similar pairs"
+    )
+    shadowed.add_argument("name", type=arguments.run_name)
+    shadowed.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
+    shadowed.add_argument("-o", "--output", choices=["json", "yaml"], help="status.shadow whole")
+
     sub.add_parser("replay", help="rebuild the plnt-runs projection from the stream")
 
     operations = {
@@ -256,6 +263,15 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
         say(
             await with_session(
                 nats, lambda s: commands.history(s, name=args.name, namespace=args.namespace)
+            )
+        )
+    elif command == "shadow":
+        say(
+            await with_session(
+                nats,
+                lambda s: shadow.shadow(
+                    s, name=args.name, namespace=args.namespace, output=args.output
+                ),
             )
         )
     elif command == "replay":

@@ -35,6 +35,7 @@ from typing import Any
 from plnt_common.embeddings import SimilarityScorer
 from plnt_common.resources import (
     EXAMPLE_TEXT_CHARS,
+    SHADOW_JUDGING,
     Shadow,
     ShadowCompare,
     ShadowExample,
@@ -289,7 +290,10 @@ def judge(found: Figures, plan: Shadow, *, elapsed_s: float) -> Judgement:
         return _fail(status, "; ".join(certain))
     if elapsed_s >= plan.max_duration_s:
         return _fail(status, f"only {n} of {wanted} pairs within maxDuration {plan.max_duration}")
-    return Judgement(Outcome.HOLD, status.model_copy(update={"reason": f"{n} of {wanted} pairs"}))
+    return Judgement(
+        Outcome.HOLD,
+        status.model_copy(update={"reason": f"{SHADOW_JUDGING}: {n} of {wanted} pairs"}),
+    )
 
 
 def _fail(status: ShadowStatus, reason: str) -> Judgement:
