@@ -495,7 +495,15 @@ def _shadow_started(current: _Draft, event: Envelope) -> dict[str, object]:
         f"shadowing {data.canary.revision}: {data.plan.percent}% of live calls mirrored, "
         f"verdict after {data.plan.calls} pairs"
     )
-    return {"status": {"phase": Phase.SHADOWING, "shadow": data.figures, "message": message}}
+    return {
+        "status": {
+            "phase": Phase.SHADOWING,
+            # mirrored calls only: the canary answers no caller while it is shadowed
+            "canary": CanaryStatus(revision=data.canary.revision, traffic_percent=0),
+            "shadow": data.figures,
+            "message": message,
+        }
+    }
 
 
 def _shadow_checked(current: _Draft, event: Envelope) -> dict[str, object]:
