@@ -61,6 +61,12 @@ SAGA_STEP_RUNS = Counter(
     "Saga handler bodies that ran to completion (redeliveries count again).",
     ["service", "step"],
 )
+DEAD_LETTERS = Counter(
+    "plnt_dead_letters_total",
+    "Saga events a service gave up on: deliveries that spent their attempts, terminated "
+    "once the step's failure event was published (plnt history lists them).",
+    ["service", "event"],
+)
 SIDE_EFFECTS = Counter(
     "plnt_side_effects_total",
     "Side effects a saga step carried out (saga_request, spec_store, canary_install, "

@@ -48,7 +48,7 @@ from plnt_common.bus.pull_feed import Pin, PullFeed
 from plnt_common.errors import PlntError, SpecInvalid, UnknownEventType
 from plnt_common.events import Envelope, decode_event
 from plnt_common.logs import get_logger
-from plnt_common.metrics import SAGA_STEP_DURATION, SAGA_STEP_RUNS
+from plnt_common.metrics import DEAD_LETTERS, SAGA_STEP_DURATION, SAGA_STEP_RUNS
 
 log = get_logger(__name__)
 
@@ -429,6 +429,7 @@ class EventConsumer:
             return
         self._unrecorded.pop(msg.metadata.sequence.stream, None)
         await msg.term()
+        DEAD_LETTERS.labels(self._spec.service, envelope.event_type.value).inc()
 
     async def _keep_alive(self, msg: Msg) -> None:
         interval = max(MIN_HEARTBEAT_S, self._spec.ack_wait_s / HEARTBEATS_PER_ACK_WAIT)
