@@ -308,3 +308,7 @@ def test_the_worst_examples_come_first_cut_to_a_few_kb() -> None:
     assert [e.score for e in examples] == [0.5, 0.6, 0.7]
     assert len(examples[0].stable) == 2000 and examples[0].stable.endswith("…")
     assert examples[0].input == '{"text":"call 0"}'
+    assert examples[0].canary == '"c0"'  # as compared: the reply text, not the whole body
+    failed = pair(9, answer(reply("s")), answer({"error": "boom"}, status=500))
+    shown = shadow_compare.figures([failed], {}, PLAN).status.examples[0]
+    assert (shown.canary, shown.score) == ('{"status":500,"body":{"error":"boom"}}', 0.0)

@@ -201,19 +201,24 @@ def _text(value: Any) -> str:
 def worst_examples(
     pairs: Sequence[ShadowPair], scores: Mapping[str, float]
 ) -> tuple[ShadowExample, ...]:
-    """The least similar canary pairs, worst first (a failed side scores 0 here)."""
+    """The least similar canary pairs, worst first (a failed side scores 0 here); each
+    answer as it was compared (the output, or the reply text), a failed one as its status."""
     ranked = sorted(pairs, key=lambda p: (scores.get(p.pair_id, 0.0), p.at))
     return tuple(
         ShadowExample(
             input=_text(pair.input),
-            stable=_text(pair.stable.body if ok(pair.stable) else {"status": pair.stable.status}),
-            canary=_text(
-                pair.candidate.body if ok(pair.candidate) else {"status": pair.candidate.status}
-            ),
+            stable=_shown(pair.stable),
+            canary=_shown(pair.candidate),
             score=round(scores.get(pair.pair_id, 0.0), 4),
         )
         for pair in ranked[:WORST_EXAMPLES]
     )
+
+
+def _shown(answer: ShadowAnswer) -> str:
+    if not ok(answer):
+        return _text({"status": answer.status, "body": answer.body})
+    return _text(_compared(answer.body)[1])
 
 
 @dataclass(frozen=True)
