@@ -273,6 +273,7 @@ def test_every_alert_has_a_severity_a_summary_a_description_and_a_for() -> None:
     assert {rule["alert"] for rule in rules} == {
         "PlntSagaFailed",
         "PlntSagaStepErrors",
+        "PlntDeadLetters",
         "PlntLatencyP95High",
         "PlntRouterQueueSaturated",
         "PlntServiceDown",
