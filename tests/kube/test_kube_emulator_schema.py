@@ -612,7 +612,7 @@ def test_status_subresource_validates_only_status(runs: CrdSchema) -> None:
             {"phase": "Done"},
             [
                 'status.phase: Unsupported value: "Done": supported values: "Pending", "Pulling", '
-                '"Installing", "Smoking", "Progressing", "Paused", "Promoting", "Ready", '
+                '"Installing", "Smoking", "Shadowing", "Progressing", "Paused", "Promoting", "Ready", '
                 '"RollingBack", "RolledBack", "Failed", "Reverted", "Deleting"',
                 NOT_CHECKED,
             ],
