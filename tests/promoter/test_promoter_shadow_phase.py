@@ -323,3 +323,23 @@ async def test_a_first_rollout_has_no_stable_to_shadow_and_is_promoted(bus: Bus)
     await bus.publish(run.event(EventType.SMOKE_PASSED, verdict))
     await run.wait_for(EventType.RUN_READY)
     assert EventType.SHADOW_STARTED not in await run.counted()
+
+
+async def test_promote_full_while_shadowing_promotes_at_once_with_no_shadow_verdict(
+    bus: Bus,
+) -> None:
+    run = Run(bus, {"percent": 20, "calls": 50, "maxDuration": "30s"}, steps=(10, 50))
+    await shadowing(run)
+    await run.publish_pairs(3)
+    await run.bus.publish(
+        run.event(EventType.PROMOTE_REQUESTED, OperatorRequest(by="plnt", full=True))
+    )
+    await run.wait_for(EventType.RUN_READY)
+    entry, _ = await run.route()
+    assert entry.stable is not None and entry.stable.revision == CANARY
+    assert (entry.canary, entry.shadow) == (None, None)
+    await run.publish_pairs(50)  # late pairs judge nothing: the phase ended
+    await asyncio.sleep(0.5)  # several checks' worth
+    counted = await run.counted()
+    assert EventType.SHADOW_PASSED not in counted and EventType.SHADOW_FAILED not in counted
+    assert EventType.CANARY_STEPPED not in counted and counted[EventType.RUN_READY] == 1
