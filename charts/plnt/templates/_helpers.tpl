@@ -151,6 +151,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   value: {{ $root.Values.logFormat | quote }}
 - name: PLNT_ROUTER_PUBLIC_URL
   value: {{ include "plnt.routerPublicUrl" $root | quote }}
+{{- include "plnt.tracingEnv" $root }}
 {{- range $key := include "plnt.settingKeys" .service | fromJsonArray }}
 {{- $value := index $values $key }}
 {{- if and (eq $.service "watcher") (eq $key "leaseNamespace") (not $value) }}
@@ -160,6 +161,36 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
 {{- if not (kindIs "invalid" $value) }}
 - name: {{ printf "PLNT_%s_%s" (upper $.service) (snakecase $key | upper) }}
   value: {{ include "plnt.envValue" $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The OTEL_* variables of tracing.*, for every service; none without an endpoint. */}}
+{{- define "plnt.tracingEnv" -}}
+{{- $tracing := .Values.tracing | default dict }}
+{{- if $tracing.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $tracing.endpoint | quote }}
+{{- with $tracing.sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- if not (eq (toString $tracing.samplerArg) "") }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ include "plnt.envValue" $tracing.samplerArg | quote }}
+{{- end }}
+{{- with $tracing.resourceAttributes }}
+{{- $pairs := list }}
+{{- range $key, $value := . }}{{ $pairs = append $pairs (printf "%s=%s" $key $value) }}{{ end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $pairs | quote }}
+{{- end }}
+{{- if ($tracing.headersSecret | default dict).name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $tracing.headersSecret.name | quote }}
+      key: {{ $tracing.headersSecret.key | quote }}
 {{- end }}
 {{- end }}
 {{- end }}
