@@ -20,6 +20,9 @@ ROUTES_BUCKET = "plnt-routes"
 RESOURCES_BUCKET = "plnt-resources"
 RELEASES_BUCKET = "plnt-releases"
 SAGAS_BUCKET = "plnt-sagas"
+CAPACITY_BUCKET = "plnt-capacity"
+"""Per PlntBackend (key: its name) the free GPUs per class and the placements reserving
+some (key: ``reservations.<backend>``); the installer writes, everyone reads."""
 SPECS_OBJECT_STORE = "plnt-specs"
 
 ROUTER_FIGURES_PREFIX = "plnt.figures.router"

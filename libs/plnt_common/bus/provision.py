@@ -103,6 +103,7 @@ BUCKETS = (
     BucketSpec(subjects.RESOURCES_BUCKET, 5, "Resource store of the embedded mode."),
     BucketSpec(subjects.RELEASES_BUCKET, 1, "Local backend: desired and observed releases."),
     BucketSpec(subjects.SAGAS_BUCKET, 1, "One terminal claim per saga id."),
+    BucketSpec(subjects.CAPACITY_BUCKET, 1, "Free GPUs per PlntBackend and class; reservations."),
 )
 
 
