@@ -29,6 +29,7 @@ EVERY_STREAM = {
     "KV_plnt-resources",
     "KV_plnt-releases",
     "KV_plnt-sagas",
+    "KV_plnt-capacity",
     "OBJ_plnt-specs",
 }
 
