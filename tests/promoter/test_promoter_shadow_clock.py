@@ -4,7 +4,8 @@ defers to the next one without holding the delivery. Real nats-server, the promo
 handlers called as its consumer would."""
 
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 
 import pytest
@@ -15,11 +16,12 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.history import read_events
 from plnt_common.bus.saga import advance_latest_saga
+from plnt_common.embeddings import MISSING_EXTRA, SimilarityUnavailable
 from plnt_common.events import CanaryRef, Envelope, EventType, ShadowStarted, new_event
 from plnt_common.figures import RevisionTotals
 from plnt_common.resources import Shadow, ShadowStatus
 from plnt_common.routes import RouteEntry, RouteTarget
-from plnt_common.shadow_pairs import ShadowRoute
+from plnt_common.shadow_pairs import PairKind, ShadowAnswer, ShadowPair, ShadowRoute
 from plnt_promoter.adapters.route_table import RouteTable
 from plnt_promoter.handlers import PromoterHandlers
 
@@ -108,3 +110,44 @@ async def test_a_check_after_a_restart_judges_the_phase_from_shadow_started(bus:
     assert delivery.deferred_s is None
     (failed,) = await published(bus, EventType.SHADOW_FAILED)
     assert failed.payload().figures.reason == "only 0 of 5 pairs within maxDuration 3s"
+
+
+class NoModel:
+    """The scorer where the golden extra is not installed."""
+
+    async def similarities(self, *, texts: Sequence[str], references: Sequence[str]) -> list[float]:
+        raise SimilarityUnavailable(MISSING_EXTRA)
+
+
+async def test_text_answers_without_the_embedding_model_fail_the_phase_saying_what_to_install(
+    bus: Bus,
+) -> None:
+    for index, text in enumerate(["Thanks!", "Thank you!"]):
+        answer = {"output": None, "reply": text, "usage": {}}
+        pair = ShadowPair(
+            pair_id=f"p{index}",
+            namespace=NS,
+            name=NAME,
+            saga_id=SAGA,
+            kind=PairKind.CANARY,
+            input={},
+            stable=ShadowAnswer(revision="1.0.0-g1", status=200, body=answer, latency_ms=1),
+            candidate=ShadowAnswer(
+                revision=CANARY.revision,
+                status=200,
+                body={**answer, "reply": "Cheers."},
+                latency_ms=1,
+            ),
+            at=time.time(),
+        )
+        await bus.js.publish(subjects.shadow_subject(NS, NAME), pair.model_dump_json().encode())
+    promoter = PromoterHandlers(
+        bus=bus,
+        routes=RouteTable(bus.routes),
+        public_url="http://router",
+        figures=NoFigures(),
+        scorer=NoModel(),
+    )
+    await promoter.handle(started(age_s=0.0), Delivery(msg=None, attempt=1))  # type: ignore[arg-type]
+    (failed,) = await published(bus, EventType.SHADOW_FAILED)
+    assert failed.payload().figures.reason == f"answers could not be scored: {MISSING_EXTRA}"
