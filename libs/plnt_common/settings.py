@@ -117,6 +117,13 @@ class CommonSettings(BaseSettings):
         description="Most bytes each KV bucket and the plnt-specs object store holds (0: no "
         "limit). A full bucket refuses writes (BusFull) until room frees.",
     )
+    shadow_max_bytes: Size = Field(
+        default=2**30,
+        ge=0,
+        validation_alias=AliasChoices("PLNT_SHADOW_MAX_BYTES", "shadow_max_bytes"),
+        description="Most bytes PLNT_SHADOW (the router's mirrored pairs, kept a day) holds "
+        "(default 1GiB; 0: no limit); past it the oldest pairs are removed.",
+    )
     sagas_max_age: Duration = Field(
         default=30 * 86_400.0,
         ge=0,
@@ -172,6 +179,7 @@ class BusSettings:
     events_max_age_s: Limit = Limit(30 * 86_400.0, explicit=False)
     events_max_bytes: Limit = Limit(0, explicit=False)
     buckets_max_bytes: Limit = Limit(0, explicit=False)
+    shadow_max_bytes: Limit = Limit(2**30, explicit=False)
     sagas_max_age_s: Limit = Limit(30 * 86_400.0, explicit=False)
 
 
@@ -189,5 +197,6 @@ def bus_settings() -> BusSettings:
         events_max_age_s=limit("events_max_age"),
         events_max_bytes=limit("events_max_bytes"),
         buckets_max_bytes=limit("buckets_max_bytes"),
+        shadow_max_bytes=limit("shadow_max_bytes"),
         sagas_max_age_s=limit("sagas_max_age"),
     )

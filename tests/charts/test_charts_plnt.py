@@ -89,6 +89,7 @@ UNPREFIXED = {
     "events_max_age",
     "events_max_bytes",
     "buckets_max_bytes",
+    "shadow_max_bytes",
     "sagas_max_age",
 }
 
@@ -102,6 +103,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "logLevel": "debug",
         "events": {"maxAge": "90d", "maxBytes": "8GiB"},
         "buckets": {"maxBytes": "1GiB"},
+        "shadow": {"maxBytes": "2GiB"},
         "sagas": {"maxAge": "90d"},
         "routerPublicUrl": "https://agents.example.com/",
         "watcher": {"replicaCount": 2, "deadlinePullingS": 90},

@@ -116,7 +116,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "runnerChart" "backends" "kubeconfig")
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
   "promoter" (list "concurrency" "followResyncS" "shadowCheckS" "figures" "prometheusUrl")
-  "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS" "figuresIntervalS")
+  "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS" "figuresIntervalS" "shadowWorkers" "shadowQueue" "shadowPublishTimeoutS")
 }}
 {{- toJson (append (get $keys .) "metricsPort") }}
 {{- end }}
@@ -197,16 +197,17 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
 
 {{/*
 Retention env of every service (each provisions the streams and buckets): variable ->
-value, null for "not passed". events.maxAge, events.maxBytes, buckets.maxBytes and
-sagas.maxAge; the older retention.* keys still win when set.
+value, null for "not passed". events.maxAge, events.maxBytes, buckets.maxBytes,
+sagas.maxAge and shadow.maxBytes; the older retention.* keys still win when set.
 */}}
 {{- define "plnt.retention" -}}
 {{- $old := .Values.retention | default dict }}
 {{- $events := .Values.events | default dict }}
 {{- $buckets := .Values.buckets | default dict }}
 {{- $sagas := .Values.sagas | default dict }}
+{{- $shadow := .Values.shadow | default dict }}
 {{- $out := dict }}
-{{- range $variable, $pair := dict "PLNT_EVENTS_MAX_AGE" (list $old.eventsMaxAge $events.maxAge) "PLNT_EVENTS_MAX_BYTES" (list $old.eventsMaxBytes $events.maxBytes) "PLNT_BUCKETS_MAX_BYTES" (list $old.bucketsMaxBytes $buckets.maxBytes) "PLNT_SAGAS_MAX_AGE" (list $old.sagasMaxAge $sagas.maxAge) }}
+{{- range $variable, $pair := dict "PLNT_EVENTS_MAX_AGE" (list $old.eventsMaxAge $events.maxAge) "PLNT_EVENTS_MAX_BYTES" (list $old.eventsMaxBytes $events.maxBytes) "PLNT_BUCKETS_MAX_BYTES" (list $old.bucketsMaxBytes $buckets.maxBytes) "PLNT_SAGAS_MAX_AGE" (list $old.sagasMaxAge $sagas.maxAge) "PLNT_SHADOW_MAX_BYTES" (list nil $shadow.maxBytes) }}
 {{- $value := index $pair 0 }}
 {{- if kindIs "invalid" $value }}{{ $value = index $pair 1 }}{{ end }}
 {{- $_ := set $out $variable $value }}

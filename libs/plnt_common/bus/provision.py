@@ -10,10 +10,10 @@ logged), so scaling NATS from one node to three needs only the new setting. ``No
 so it never shrinks what a cluster's services provisioned.
 
 Limits (``PLNT_EVENTS_MAX_AGE``, ``PLNT_EVENTS_MAX_BYTES``, ``PLNT_BUCKETS_MAX_BYTES``,
-``PLNT_SAGAS_MAX_AGE``): an existing configuration is merged, never reset. A limit set
-in the environment is applied; an unset one gives its default only to a stream without
-that limit, so a limit an operator set on the server stays. Subjects are joined, never
-narrowed.
+``PLNT_SHADOW_MAX_BYTES``, ``PLNT_SAGAS_MAX_AGE``): an existing configuration is merged,
+never reset. A limit set in the environment is applied; an unset one gives its default
+only to a stream without that limit, so a limit an operator set on the server stays.
+Subjects are joined, never narrowed.
 
 Versions: every stream and durable consumer plnt writes carries the writer's plnt version
 in its ``metadata`` (``WRITER_KEY``). A configuration is rewritten only when it differs
@@ -158,6 +158,19 @@ async def _provision(
 ) -> None:
     await _ensure_stream(js, replicas, limits, version)
     await _ensure_dead_letters(js, replicas)
+    try:
+        await _ensure_shadow_stream(js, replicas, limits, version)
+    except APIError as exc:
+        if exc.err_code != INSUFFICIENT_STORAGE:
+            raise
+        # Optional to the saga: a server too small for its byte limit must not stop plnt.
+        log.warning(
+            "provision.shadow_stream_unavailable",
+            stream=subjects.SHADOW_STREAM,
+            max_bytes=int(limits.shadow_max_bytes.value),
+            error=exc.description,
+            hint="set PLNT_SHADOW_MAX_BYTES below the server's free JetStream storage",
+        )
     for bucket in BUCKETS:
         await _ensure_bucket(js, bucket, replicas, limits, version)
     await _ensure_object_store(js, replicas, limits, version)
@@ -371,6 +384,53 @@ async def _ensure_dead_letters(js: JetStreamContext, replicas: int | None) -> No
             await js.add_stream(config)
             return
     await _set_replicas(js, subjects.DEAD_LETTER_STREAM, replicas)
+
+
+SHADOW_DESCRIPTION = "Shadow pairs the router mirrored (live call and its mirror's answers)."
+SHADOW_MAX_AGE_S = 24 * 60 * 60
+"""A day: the promoter judges a shadow phase's pairs within its maxDuration."""
+INSUFFICIENT_STORAGE = 10047
+"""JetStream's 'insufficient storage resources available': a byte limit beyond the server's."""
+SHADOW_DUPLICATE_WINDOW_S = 2 * 60
+"""Long enough for a publish retried after a lost ack, short: pair ids are never reused."""
+
+
+async def _ensure_shadow_stream(
+    js: JetStreamContext, replicas: int | None, limits: BusSettings, version: str
+) -> None:
+    """``PLNT_SHADOW``: the router's pairs, the oldest dropped at a day or at
+    ``PLNT_SHADOW_MAX_BYTES`` (discard old: a full stream never refuses a pair)."""
+    config = api.StreamConfig(
+        name=subjects.SHADOW_STREAM,
+        subjects=list(subjects.SHADOW_SUBJECTS),
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.LIMITS,
+        discard=api.DiscardPolicy.OLD,
+        duplicate_window=SHADOW_DUPLICATE_WINDOW_S,
+        max_age=SHADOW_MAX_AGE_S,
+        max_bytes=int(limits.shadow_max_bytes.value) or -1,
+        description=SHADOW_DESCRIPTION,
+        num_replicas=replicas or 1,
+        metadata={WRITER_KEY: version},
+    )
+    try:
+        await js.stream_info(subjects.SHADOW_STREAM)
+    except NotFoundError:
+        try:
+            await js.add_stream(config)
+            return
+        except BadRequestError:  # a concurrent starter created it first
+            pass
+    await _merge(
+        js,
+        subjects.SHADOW_STREAM,
+        version,
+        stream_subjects=list(subjects.SHADOW_SUBJECTS),
+        max_age_s=Limit(SHADOW_MAX_AGE_S, explicit=False),
+        max_bytes=limits.shadow_max_bytes,
+        description=SHADOW_DESCRIPTION,
+    )
+    await _set_replicas(js, subjects.SHADOW_STREAM, replicas)
 
 
 def _bucket_max_age(bucket: BucketSpec, limits: BusSettings) -> Limit | None:
