@@ -20,14 +20,16 @@ from plnt_common.errors import BusMisconfigured
 from plnt_common.logs import configure_logging, get_logger
 from plnt_router.adapters.figures_publisher import FiguresPublisher
 from plnt_router.adapters.route_watch import RouteWatcher
+from plnt_router.adapters.shadow_publisher import JetStreamPairPublisher
 from plnt_router.adapters.upstream import RunnerClient
 from plnt_router.chat import ChatHandlers
 from plnt_router.handlers import Handlers
 from plnt_router.metrics import InvocationMetrics, set_queue_depth
-from plnt_router.pipeline import CallPipeline
+from plnt_router.pipeline import INVOKE_PATH, CallPipeline
 from plnt_router.responses import json_http_errors
 from plnt_router.server import GuardedAppRunner
 from plnt_router.settings import RouterSettings
+from plnt_router.shadow_mirror import ShadowMirror
 from plnt_router.table import RouteTable
 
 log = get_logger(__name__)
@@ -35,6 +37,8 @@ log = get_logger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 INVOCATION_METRICS = web.AppKey("plnt_router_invocation_metrics", InvocationMetrics)
 """The app's call counters, which the live figures publisher reads back."""
+SHADOW_MIRROR = web.AppKey("plnt_router_shadow_mirror", ShadowMirror)
+"""The shadow traffic queue, which publishes its pairs once the bus is connected."""
 NATS_RETRY_S = 1.0
 
 
@@ -47,6 +51,13 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
     )
     set_queue_depth(0)
     metrics = app[INVOCATION_METRICS] = InvocationMetrics()
+    shadow = app[SHADOW_MIRROR] = ShadowMirror(
+        workers=settings.shadow_workers,
+        queue=settings.shadow_queue,
+        timeout_s=settings.upstream_timeout_s,
+        publish_timeout_s=settings.shadow_publish_timeout_s,
+        invoke_path=INVOKE_PATH,
+    )
     pipeline = CallPipeline(
         settings=settings,
         table=table,
@@ -57,6 +68,7 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
             on_queue_change=set_queue_depth,
         ),
         metrics=metrics,
+        shadow=shadow,
     )
     handlers = Handlers(pipeline=pipeline, table=table)
     chat = ChatHandlers(pipeline=pipeline, table=table, max_json_depth=settings.max_json_depth)
@@ -67,7 +79,13 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
         # Cleanup runs after in-flight handlers finished, so no call loses its connection.
         await runners.close()
 
+    async def shadow_workers(_: web.Application) -> AsyncIterator[None]:
+        await shadow.start()
+        yield
+        await shadow.stop()
+
     app.cleanup_ctx.append(runner_pool)
+    app.cleanup_ctx.append(shadow_workers)
     app.router.add_post("/workflows/{name}/invoke", handlers.invoke)
     app.router.add_post("/namespaces/{ns}/workflows/{name}/invoke", handlers.invoke)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
@@ -94,10 +112,14 @@ def app_runner(app: web.Application, *, settings: RouterSettings) -> web.AppRunn
 
 
 async def _watch_routes(
-    *, settings: RouterSettings, table: RouteTable, metrics: InvocationMetrics
+    *,
+    settings: RouterSettings,
+    table: RouteTable,
+    metrics: InvocationMetrics,
+    shadow: ShadowMirror,
 ) -> None:
-    """Connect to NATS (waiting for it as long as it takes), keep ``table`` current and
-    publish the live figures."""
+    """Connect to NATS (waiting for it as long as it takes), keep ``table`` current,
+    publish the live figures and the shadow pairs."""
     nc = None
     failing = False
     while nc is None:
@@ -113,12 +135,14 @@ async def _watch_routes(
             failing = True
             await asyncio.sleep(NATS_RETRY_S)
     log.info("router.nats_connected", url=settings.nats_url)
+    shadow.publish_with(JetStreamPairPublisher(nc=nc, timeout_s=settings.shadow_publish_timeout_s))
     try:
         await asyncio.gather(
             RouteWatcher(nc=nc, table=table).run(),
             FiguresPublisher(nc=nc, metrics=metrics, interval_s=settings.figures_interval_s).run(),
         )
     finally:
+        shadow.publish_with(None)
         await nc.close()
 
 
@@ -145,7 +169,12 @@ async def serve(*, settings: RouterSettings, stop: asyncio.Event | None = None) 
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     watch = asyncio.create_task(
-        _watch_routes(settings=settings, table=table, metrics=app[INVOCATION_METRICS])
+        _watch_routes(
+            settings=settings,
+            table=table,
+            metrics=app[INVOCATION_METRICS],
+            shadow=app[SHADOW_MIRROR],
+        )
     )
     probes = None
     if settings.metrics_port:

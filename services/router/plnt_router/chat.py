@@ -38,6 +38,7 @@ from plnt_router.responses import (
     reject,
     sse_event,
 )
+from plnt_router.shadow_mirror import AnswerBuffer
 from plnt_router.sse import SseDecoder
 from plnt_router.table import RouteTable
 
@@ -99,6 +100,7 @@ class ChatHandlers:
                 raw = await steps.read_reply(call, reply)
             finally:
                 reply.close()
+        steps.mirror(call, reply, raw)  # queued, never awaited: the answer goes now
         revision = {REVISION_HEADER: call.revision}
         if not 200 <= reply.status < 300:
             # The runner's own error, unchanged: it knows best what went wrong.
@@ -146,17 +148,22 @@ class ChatHandlers:
         """Turn the runner's SSE into chat chunks: each reply token as it arrives, then stop."""
         response = await _open_stream(request, call)
         relay = ChatStream(chunks, with_usage=with_usage)
+        kept = AnswerBuffer() if call.mirror is not None else None
+        failed: int | None = None
         try:
             await response.write(sse_event(json.dumps(chunks.role())))
             decoder = SseDecoder()
             tail = b""
             try:
                 async for piece in reply.chunks():
+                    if kept is not None:
+                        kept.add(piece)
                     out = b"".join(relay.on_event(e, d) for e, d in decoder.feed(piece))
                     if out:
                         await response.write(out)
             except (UpstreamTimeout, UpstreamUnavailable) as exc:
                 failure = self._pipeline.upstream_failure(call, exc).response
+                failed = failure.status
                 tail = relay.fail(failure.status, str(exc))
             await response.write(tail + relay.ending() + DONE)
             if relay.status is not None:
@@ -164,6 +171,9 @@ class ChatHandlers:
             await response.write_eof()
         except ConnectionResetError:
             call.status = CLIENT_CLOSED
+            return response
+        if kept is not None:  # the caller has the whole answer: now the mirror may go
+            self._pipeline.mirror(call, reply, kept.whole(), status=failed)
         return response
 
 

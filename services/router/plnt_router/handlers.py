@@ -70,6 +70,7 @@ class Handlers:
                 payload = await steps.read_reply(call, reply)
             finally:
                 reply.close()
+        steps.mirror(call, reply, payload)  # queued, never awaited: the answer goes now
         return web.Response(
             status=reply.status,
             body=payload,

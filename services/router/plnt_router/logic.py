@@ -6,10 +6,20 @@ is tested without a server. It is not the route table (see ``table.py``) and it 
 not know how a call is proxied.
 """
 
+from collections import OrderedDict
+
 from plnt_common.names import DEFAULT_NAMESPACE
 from plnt_common.routes import RouteEntry, RouteTarget
+from plnt_common.shadow_pairs import ShadowRoute
 
-__all__ = ["DEFAULT_NAMESPACE", "CanarySplit", "choose_target", "fallback_target"]
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "CanarySplit",
+    "ShadowBudget",
+    "choose_mirrors",
+    "choose_target",
+    "fallback_target",
+]
 
 PERCENT = 100
 
@@ -76,3 +86,45 @@ def fallback_target(*, entry: RouteEntry, failed: RouteTarget) -> RouteTarget | 
             continue
         return candidate
     return None
+
+
+def choose_mirrors(
+    *, shadow: ShadowRoute, canary_split: CanarySplit, noise_split: CanarySplit
+) -> tuple[bool, bool]:
+    """Whether the next live call is mirrored to the canary, and whether it is sent to the
+    stable again (the noise floor): exactly ``percent`` and ``noise_percent`` percent of
+    calls, each its own counter, so a call may be mirrored both ways."""
+    return (
+        canary_split.next_is_canary(weight=shadow.percent),
+        noise_split.next_is_canary(weight=shadow.noise_percent),
+    )
+
+
+class ShadowBudget:
+    """What mirrored calls spent, per saga: mirroring stops once it reaches the budget.
+
+    One per router process: each replica counts (and stops at the budget on) its own share;
+    the promoter's judge sums every replica's pairs. The oldest sagas are forgotten past
+    ``max_sagas``, so a long-lived router does not grow with every rollout it served.
+    """
+
+    def __init__(self, *, max_sagas: int = 256) -> None:
+        self._spent: OrderedDict[str, float] = OrderedDict()
+        self._max_sagas = max_sagas
+
+    def spent(self, saga_id: str) -> float:
+        return self._spent.get(saga_id, 0.0)
+
+    def allows(self, saga_id: str, budget_usd: float | None) -> bool:
+        """True while the saga may mirror another call (no budget: always)."""
+        return budget_usd is None or self.spent(saga_id) < budget_usd
+
+    def spend(self, saga_id: str, usd: float, budget_usd: float | None) -> bool:
+        """Add what one mirrored call cost; true when this very call reached the budget
+        (exactly once per saga: the moment to say mirroring stops)."""
+        before = self.spent(saga_id)
+        self._spent[saga_id] = before + max(usd, 0.0)
+        self._spent.move_to_end(saga_id)
+        while len(self._spent) > self._max_sagas:
+            self._spent.popitem(last=False)
+        return budget_usd is not None and before < budget_usd <= self._spent[saga_id]

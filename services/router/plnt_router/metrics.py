@@ -85,3 +85,22 @@ _QUEUE_DEPTH = QUEUE_DEPTH.labels(component=COMPONENT)
 def set_queue_depth(depth: int) -> None:
     """Publish the limiter's queue length as ``plnt_queue_depth{component="router"}``."""
     _QUEUE_DEPTH.set(depth)
+
+
+SHADOW_CALLS = Counter(
+    "plnt_router_shadow_calls_total",
+    "Mirrored (shadow) calls by workflow, kind (canary, noise) and outcome: published (the "
+    "pair is on the bus), publish_failed, queue_full (not sent), over_budget (not sent).",
+    ["workflow", "kind", "outcome"],
+)
+SHADOW_DROPPED = Counter(
+    "plnt_router_shadow_dropped_total",
+    "Mirrored calls or pairs dropped: queue_full (the shadow queue was full, the call was "
+    "not mirrored) or publish_failed (the bus did not take the pair).",
+    ["reason"],
+)
+SHADOW_BUDGET_SPENT = Counter(
+    "plnt_router_shadow_budget_spent_total",
+    "Sagas whose shadow budget this router used up (once each): mirroring stopped for them.",
+    ["workflow"],
+)

@@ -7,6 +7,8 @@ read, no pydantic model and no info-level log line happen per call. A step that 
 the call raises ``Rejection``; ``measured`` turns it into the answer and records metrics.
 Which revision serves a call is ``logic``'s decision; talking to runners is
 ``adapters.upstream``'s job; the endpoints themselves live in ``handlers`` and ``chat``.
+While a route carries ``shadow``, ``open`` also decides whether the call is mirrored and
+``mirror`` hands its decided answer to ``shadow_mirror``'s queue without waiting.
 """
 
 import asyncio
@@ -24,6 +26,7 @@ from plnt_common.admission import InFlightLimiter, Saturated
 from plnt_common.logs import get_logger
 from plnt_common.names import MAX_RUN_NAME
 from plnt_common.routes import RouteTarget, route_key
+from plnt_common.shadow_pairs import EFFECTS_REQUEST_HEADER, EFFECTS_RESPONSE_HEADER
 from plnt_router.adapters.upstream import RunnerClient, UpstreamReply
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
 from plnt_router.json_body import JsonRejected, load_object
@@ -39,6 +42,8 @@ from plnt_router.responses import (
     sse_error,
 )
 from plnt_router.settings import RouterSettings
+from plnt_router.shadow_answer import COST_HEADER
+from plnt_router.shadow_mirror import AnswerBuffer, LiveAnswer, MirrorOrder, ShadowMirror
 from plnt_router.table import Route, RouteTable
 
 log = get_logger(__name__)
@@ -51,10 +56,10 @@ MAX_NAMESPACE = 63
 # Authorization) stays at the router.
 FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
 TOKENS_HEADER = "x-plnt-tokens"
-COST_HEADER = "x-plnt-cost-usd"
+"""What the runner's answer says the call spent: ``<prompt>,<completion>`` tokens (and
+``COST_HEADER``, USD)."""
 DRAINING_HEADER = "x-plnt-draining"
 """On a stopping runner's 503: the call was not run, so it may go to another runner."""
-"""What the runner's answer says the call spent: ``<prompt>,<completion>`` tokens, USD."""
 CLIENT_CLOSED = 499
 """Status recorded for a call whose client went away before its answer (nginx's code)."""
 
@@ -71,6 +76,8 @@ class Call:
     status: int | None = None
     # The router span's ``traceparent`` while tracing is on: the answer carries it.
     traceparent: str = ""
+    # Set while the call is mirrored (shadow traffic): handed to the mirror once answered.
+    mirror: MirrorOrder | None = None
 
     @property
     def key(self) -> str:
@@ -115,8 +122,10 @@ class CallPipeline:
         runners: RunnerClient,
         limiter: InFlightLimiter,
         metrics: InvocationMetrics,
+        shadow: ShadowMirror | None = None,
     ) -> None:
         self._table = table
+        self._shadow = shadow
         self._runners = runners
         self._limiter = limiter
         self._metrics = metrics
@@ -333,6 +342,8 @@ class CallPipeline:
         target = route.pick()
         if target is None:  # route() saw a ready target; this keeps the type checker honest
             raise reject(503, "workflow_not_ready", f"workflow '{call.name}' has no ready revision")
+        if route.entry.shadow is not None and self._shadow is not None:
+            self._order_mirror(call, route, target, body=body, headers=headers)
         try:
             try:
                 reply = await self._post(call, target, body=body, headers=headers, stream=stream)
@@ -360,6 +371,48 @@ class CallPipeline:
             return await self._post(call, fallback, body=body, headers=headers, stream=stream)
         except (UpstreamTimeout, UpstreamUnavailable) as exc:
             raise self.upstream_failure(call, exc) from None
+
+    def _order_mirror(
+        self,
+        call: Call,
+        route: Route,
+        target: RouteTarget,
+        *,
+        body: bytes,
+        headers: dict[str, str],
+    ) -> None:
+        """Decide now whether this call is mirrored: the stable must then be asked for
+        its side-effect calls, before the call leaves."""
+        assert self._shadow is not None
+        order = self._shadow.order(
+            route, target, namespace=call.namespace, name=call.name, body=body
+        )
+        if order is not None:
+            headers[EFFECTS_REQUEST_HEADER] = "1"
+            order.started = time.perf_counter()
+        call.mirror = order
+
+    def mirror(
+        self, call: Call, reply: UpstreamReply, raw: bytes | None, *, status: int | None = None
+    ) -> None:
+        """Hand a mirrored call's answer (decided, the caller's) to the shadow queue; never
+        waits. ``raw`` is the whole body (None when not kept), ``status`` overrides the
+        reply's when a stream failed after its status line."""
+        order, call.mirror = call.mirror, None
+        if order is None or self._shadow is None or call.revision != order.stable.revision:
+            return  # not mirrored, or a fallback runner answered instead of the stable
+        self._shadow.submit(
+            order,
+            LiveAnswer(
+                revision=call.revision,
+                status=status or reply.status,
+                raw=raw,
+                streamed=reply.is_event_stream,
+                cost=reply.header(COST_HEADER),
+                effects=reply.header(EFFECTS_RESPONSE_HEADER),
+                latency_ms=(time.perf_counter() - order.started) * 1000,
+            ),
+        )
 
     def _instead_of_draining(self, call: Call, draining: RouteTarget) -> RouteTarget | None:
         """Where a call refused by a stopping runner goes: the target the route picks now,
@@ -437,10 +490,13 @@ class CallPipeline:
         if call.traceparent:
             response.headers[tracing.TRACEPARENT] = call.traceparent
         await response.prepare(request)
+        kept = AnswerBuffer() if call.mirror is not None else None
         try:
             try:
                 async for chunk in reply.chunks():
                     await response.write(chunk)
+                    if kept is not None:
+                        kept.add(chunk)
             except (UpstreamTimeout, UpstreamUnavailable) as exc:
                 # The status line is gone already: tell the client in-band, then end.
                 failure = self.upstream_failure(call, exc).response
@@ -450,4 +506,7 @@ class CallPipeline:
             await response.write_eof()
         except ConnectionResetError:
             call.status = CLIENT_CLOSED
+            return response
+        if kept is not None:  # the caller has the whole answer: now the mirror may go
+            self.mirror(call, reply, kept.whole(), status=call.status)
         return response

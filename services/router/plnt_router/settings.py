@@ -94,6 +94,24 @@ class RouterSettings(CommonSettings):
         description="How often the router publishes its cumulative call totals per workflow "
         "and revision on the bus, for the promoter's live analysis.",
     )
+    shadow_workers: int = Field(
+        default=4,
+        ge=1,
+        description="Mirrored (shadow) calls sent at the same time, each on its own "
+        "connection apart from the live calls' pool.",
+    )
+    shadow_queue: int = Field(
+        default=256,
+        ge=1,
+        description="Mirrored calls waiting for a shadow worker; a call that finds the queue "
+        "full is not mirrored (counted in plnt_router_shadow_dropped_total).",
+    )
+    shadow_publish_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Longest wait for the bus to take a shadow pair; a pair not taken is "
+        "dropped and counted, never retried.",
+    )
     auth: Literal["keys", "none"] = Field(
         default="keys",
         description="keys: a call to a namespace without a key in api_keys, or without its "

@@ -21,6 +21,10 @@ class Route:
     split: CanarySplit = field(default_factory=CanarySplit)
     runners_down: bool = False
     """A revision is routed but no routed runner is serving: it is being restarted."""
+    shadow_split: CanarySplit = field(default_factory=CanarySplit)
+    """Which live calls are mirrored to the canary while ``entry.shadow`` is set."""
+    noise_split: CanarySplit = field(default_factory=CanarySplit)
+    """Which live calls go to the stable a second time (the noise floor)."""
 
     def pick(self) -> RouteTarget | None:
         """The target for the next call; None when nothing is ready."""
