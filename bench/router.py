@@ -7,9 +7,10 @@ nginx (one worker) on the system-under-test core; the load from this process or 
 the load core. Each latency figure is measured in alternating rounds (direct, router,
 nginx, then again) so a burst of outside load spreads over all three.
 
-Figures: canary split accuracy, added latency at a fixed rate (p50/p99), saturation
-throughput, SSE time to first chunk and buffering, upstream connection reuse, the
-OpenAI-compatible endpoints, and the concurrency limit with its queue-depth gauge.
+Figures: canary split accuracy, added latency at a fixed rate (p50/p99), the same with
+shadow traffic on (every call mirrored), saturation throughput, SSE time to first chunk
+and buffering, upstream connection reuse, the OpenAI-compatible endpoints, and the
+concurrency limit with its queue-depth gauge.
 """
 
 import asyncio
@@ -32,6 +33,7 @@ from plnt_common.bus import connect
 from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.nats_server import NatsServer, free_port, free_ports
 from plnt_common.routes import RouteEntry, RouteTarget, route_key
+from plnt_common.shadow_pairs import ShadowRoute
 from plnt_common.subjects import ROUTES_BUCKET
 
 BODY = b'{"review": "Great service but slow parking"}'
@@ -39,6 +41,11 @@ CANARY_PERCENT = 5
 FLOOD_LIMITS = {"max_in_flight": 4, "max_queue": 8}
 FLOOD_CALLS = 40
 _QUEUE_DEPTH = re.compile(rb'^plnt_queue_depth\{component="router"\} ([\d.]+)$', re.M)
+SHADOW_PERCENT, SHADOW_NOISE_PERCENT = 20, 5
+_SHADOW_SERIES = re.compile(
+    rb'^plnt_router_shadow_calls_total\{[^}]*outcome="(\w+)"[^}]*\} ([\d.e+]+)$',
+    re.M,
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,7 @@ async def router_figures(tmp: Path, bench: RouterBench) -> list[Row]:
         try:
             rows = [await _split(stack, bench)]
             rows += await _latency(stack, bench)
+            rows += await _shadow_latency(stack, bench)
             rows.append(_throughput(stack, bench))
             rows += await _sse(stack, bench)
             rows.append(await _openai(stack))
@@ -157,6 +165,18 @@ async def _put_routes(stack: _Stack) -> None:
                 stable=stable,
                 canary=canary,
                 canary_weight=CANARY_PERCENT,
+            ),
+            # What the promoter writes while a run is Shadowing: canary at weight 0.
+            RouteEntry(
+                namespace="default",
+                name="shadowed",
+                stable=stable,
+                canary=canary,
+                shadow=ShadowRoute(
+                    saga_id="bench",
+                    percent=SHADOW_PERCENT,
+                    noise_percent=SHADOW_NOISE_PERCENT,
+                ),
             ),
         ]
         for entry in entries:
@@ -255,6 +275,46 @@ async def _latency(stack: _Stack, bench: RouterBench) -> list[Row]:
             reused_connections <= bench.wrk_connections,
         )
     )
+    return rows
+
+
+async def _shadow_latency(stack: _Stack, bench: RouterBench) -> list[Row]:
+    """The caller's latency with every call mirrored, beside the same router's without
+    shadow, in alternating rounds: the mirror runs after the answer, so it must not show."""
+    routes = {"off": "bench", "on": "shadowed"}
+    replies: dict[str, list[Reply]] = {"off": [], "on": []}
+    per_round = bench.seconds / bench.rounds
+    for _ in range(bench.rounds):
+        for state, name in routes.items():
+            got = await loadgen.paced(
+                Target.post(stack.invoke("router", name), BODY),
+                rate=bench.rate,
+                seconds=per_round,
+                warmup_s=0.5,
+            )
+            _check_ok(got, f"latency with shadow {state}")
+            replies[state] += got
+    (scrape,) = await loadgen.sequential(
+        Target.get(f"{stack.router.url}/metrics"), count=1, warmup=0
+    )
+    outcomes: dict[str, float] = {}
+    for outcome, value in _SHADOW_SERIES.findall(scrape.body):
+        key = outcome.decode()
+        outcomes[key] = outcomes.get(key, 0.0) + float(value)
+    mirrored = ", ".join(f"{int(v):,} {k}" for k, v in sorted(outcomes.items())) or "none"
+    rows = []
+    for label, fraction, limit in (("p50", 0.5, 0.5), ("p99", 0.99, 2.0)):
+        off, on = _ms(replies["off"], fraction), _ms(replies["on"], fraction)
+        rows.append(
+            Row.check(
+                f"added latency {label} with shadow on ({SHADOW_PERCENT}% mirrored, "
+                f"{SHADOW_NOISE_PERCENT}% noise) at {bench.rate:g} req/s",
+                f"{on - off:+.3f} ms (shadow on {on:.3f}, off {off:.3f})",
+                f"mirrors: {mirrored}",
+                f"≤ {limit:g} ms over shadow off",
+                on - off <= limit,
+            )
+        )
     return rows
 
 
