@@ -55,6 +55,8 @@ class ShadowRunner:
     delay_s: float = 0.0
     status: int = 200
     gate: asyncio.Event | None = None
+    pad_bytes: int = 0
+    """Answers carry this many more bytes (a ``pad`` field)."""
     url: str = ""
     received: list[Received] = field(default_factory=list)
 
@@ -80,6 +82,8 @@ class ShadowRunner:
             if self.status >= 400:
                 return web.Response(status=self.status, text="the canary broke")
             result = {"revision": self.revision, "output": {"echo": body}, "reply": "hi"}
+            if self.pad_bytes:
+                result["pad"] = "x" * self.pad_bytes
             effects = json.dumps([EFFECT.model_dump()], separators=(",", ":"))
             if "text/event-stream" in request.headers.get("Accept", ""):
                 response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

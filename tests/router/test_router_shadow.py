@@ -327,3 +327,23 @@ async def test_pairs_the_bus_does_not_take_are_dropped_and_counted_once(
     )
     assert len(canary.received) == 3  # each mirrored once, never sent again
     assert dropped == 3
+
+
+async def test_an_answer_too_large_to_keep_is_paired_without_its_body(
+    js: JetStreamContext,
+    start_shadow_runner: StartShadowRunner,
+    spawn_router: SpawnRouter,
+    http: aiohttp.ClientSession,
+) -> None:
+    """The caller gets all 1.5 MB; the pair keeps its status, cost and effects, not the
+    body (held in the queue, and more than a NATS message may carry)."""
+    stable = await start_shadow_runner("stable", pad_bytes=1_500_000)
+    canary = await start_shadow_runner("canary")
+    await write_route(js, shadow_entry(stable, canary, percent=100))
+    router = await spawn_router()
+    await routed(http, router, stable)
+
+    assert len((await invoke(http, router, 0))["pad"]) == 1_500_000
+    (pair,) = await read_pairs(js, count=1)
+    assert (pair.stable.status, pair.stable.body, pair.stable.effects) == (200, None, (EFFECT,))
+    assert pair.candidate.body["revision"] == "canary"

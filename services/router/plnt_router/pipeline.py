@@ -43,7 +43,13 @@ from plnt_router.responses import (
 )
 from plnt_router.settings import RouterSettings
 from plnt_router.shadow_answer import COST_HEADER
-from plnt_router.shadow_mirror import AnswerBuffer, LiveAnswer, MirrorOrder, ShadowMirror
+from plnt_router.shadow_mirror import (
+    MAX_KEPT_ANSWER_BYTES,
+    AnswerBuffer,
+    LiveAnswer,
+    MirrorOrder,
+    ShadowMirror,
+)
 from plnt_router.table import Route, RouteTable
 
 log = get_logger(__name__)
@@ -406,7 +412,9 @@ class CallPipeline:
             LiveAnswer(
                 revision=call.revision,
                 status=status or reply.status,
-                raw=raw,
+                # Held in the queue until a worker takes it: an answer too large to keep
+                # is paired without its body rather than held whole.
+                raw=raw if raw is None or len(raw) <= MAX_KEPT_ANSWER_BYTES else None,
                 streamed=reply.is_event_stream,
                 cost=reply.header(COST_HEADER),
                 effects=reply.header(EFFECTS_RESPONSE_HEADER),

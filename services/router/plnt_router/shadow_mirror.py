@@ -53,7 +53,7 @@ MIRROR_HEADERS = {
     EFFECTS_REQUEST_HEADER: "1",
 }
 MAX_KEPT_ANSWER_BYTES = 1024 * 1024
-"""A streamed answer longer than this is not kept for its pair (the body is then null)."""
+"""An answer longer than this is not kept for its pair (its body is then null)."""
 
 
 class PairPublisher(Protocol):
