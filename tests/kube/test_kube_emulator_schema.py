@@ -612,8 +612,8 @@ def test_status_subresource_validates_only_status(runs: CrdSchema) -> None:
             {"phase": "Done"},
             [
                 'status.phase: Unsupported value: "Done": supported values: "Pending", "Pulling", '
-                '"Installing", "Smoking", "Shadowing", "Progressing", "Paused", "Promoting", "Ready", '
-                '"RollingBack", "RolledBack", "Failed", "Reverted", "Deleting"',
+                '"Installing", "Smoking", "Shadowing", "Progressing", "Paused", "Promoting", '
+                '"Ready", "RollingBack", "RolledBack", "Failed", "Reverted", "Deleting"',
                 NOT_CHECKED,
             ],
             id="enum",
