@@ -1,16 +1,13 @@
-"""The guard's judgement of the promoted revision's window (pure), and its hold over a
+"""The guard's judgement of the promoted revision's window (pure), and its checks over a
 figures source that counts what the router would have published."""
 
-import asyncio
 from collections.abc import Mapping
-
-import pytest
-import structlog
 
 from plnt_common.errors import PlntError
 from plnt_common.figures import RevisionTotals
 from plnt_common.resources import Guard
 from plnt_promoter import analysis, guard
+from plnt_promoter.held_window import HeldWindow
 
 GUARD = Guard(window="10s", maxErrorPercent=2, maxP95Ms=500)
 FAST = ((0.1, 0), (0.25, 0), (float("inf"), 0))
@@ -89,38 +86,51 @@ class GrowingFigures:
         }
 
 
-async def hold(figures: GrowingFigures, current: list[bool]) -> analysis.Judgement | None:
-    async def still_current() -> bool:
-        return current.pop(0) if current else True
+async def checked(
+    figures: "GrowingFigures | ScriptedFigures",
+    *,
+    remaining_s: float = 0.3,
+    check_s: float = 0.01,
+    namespace: str = "default",
+    name: str = "x",
+) -> tuple[analysis.Judgement, list[float]]:
+    """The guard's checks of a window ending ``remaining_s`` after the first check, each
+    at the time the one before deferred to (a clock at 100 s); the verdict and the
+    deferrals. A reading that raises is a check without figures, as ``guard_promotion``
+    makes it."""
+    now, window, deferrals = 100.0, None, []
+    while len(deferrals) < 1000:
+        try:
+            reading = await figures.totals(namespace=namespace, name=name)
+        except PlntError:
+            reading = None
+        check = guard.check_guard(
+            window=window,
+            reading=reading,
+            now=now,
+            deadline=100.0 + remaining_s,
+            guard=GUARD,
+            revision="2.0.0-g2",
+            check_s=check_s,
+        )
+        if check.verdict is not None:
+            return check.verdict, deferrals
+        window, now = check.window, now + check.defer_s
+        deferrals.append(check.defer_s)
+    raise AssertionError("the guard never answered")
 
-    return await guard.hold_guard(
-        figures=figures,
-        namespace="default",
-        name="x",
-        guard=GUARD,
-        revision="2.0.0-g2",
-        remaining_s=0.3,
-        still_current=still_current,
-        tick_s=0.01,
-    )
 
-
-async def test_the_hold_fails_on_the_first_reading_that_breaks_a_budget() -> None:
+async def test_the_guard_fails_on_the_first_reading_that_breaks_a_budget() -> None:
     failing = GrowingFigures("2.0.0-g2", calls(10, errors=10))
-    judged = await hold(failing, [])
-    assert judged is not None and judged.outcome is analysis.Outcome.FAIL
+    judged, _ = await checked(failing)
+    assert judged.outcome is analysis.Outcome.FAIL
     assert failing.reads == 2  # the baseline, then the first window
-
-
-async def test_the_hold_ends_with_nothing_once_no_longer_current() -> None:
-    failing = GrowingFigures("2.0.0-g2", calls(10, errors=10))
-    assert await hold(failing, [True, False]) is None
 
 
 async def test_other_revisions_calls_do_not_count() -> None:
     stable_failing = GrowingFigures("1.0.0-g1", calls(10, errors=10))
-    judged = await hold(stable_failing, [])
-    assert judged is not None and judged.figures.reason == guard.NO_TRAFFIC
+    judged, _ = await checked(stable_failing)
+    assert judged.figures.reason == guard.NO_TRAFFIC
 
 
 def test_few_calls_are_judged_on_the_whole_window_at_its_end() -> None:
@@ -149,69 +159,44 @@ class ScriptedFigures:
         return answer
 
 
-class SteppingClock:
-    """A monotonic clock at 100 s that moves 0.25 s each time it is read."""
-
-    def __init__(self) -> None:
-        self.reads = 0
-
-    def __call__(self) -> float:
-        self.reads += 1
-        return 100.0 + 0.25 * (self.reads - 1)
-
-
-async def hold_scripted(
-    figures: ScriptedFigures, remaining_s: float = 0.75, tick_s: float = 0.001
-) -> analysis.Judgement | None:
-    async def still_current() -> bool:
-        return True
-
-    # started at 100.0, the clock read twice a tick: readings judged at 0.25, 0.75, 1.25 s...
-    return await guard.hold_guard(
-        figures=figures,
-        namespace="shop",
-        name="review-responder",
-        guard=GUARD,
-        revision="2.0.0-g2",
-        remaining_s=remaining_s,
-        still_current=still_current,
-        tick_s=tick_s,
-        clock=SteppingClock(),
-    )
-
-
 async def test_a_window_without_any_reading_passes_nothing_at_its_end() -> None:
     away = ScriptedFigures(PlntError("router unreachable"))
-    with structlog.testing.capture_logs() as logs:
-        judged = await hold_scripted(away)
-    assert judged is not None and judged.outcome is analysis.Outcome.PASS
+    judged, deferrals = await checked(
+        away, remaining_s=0.75, check_s=0.5, namespace="shop", name="review-responder"
+    )
+    assert judged.outcome is analysis.Outcome.PASS
     assert (judged.figures.reason, judged.figures.window_s) == (guard.NO_TRAFFIC, 0.75)
-    assert away.asked == [("shop", "review-responder")] * 2  # at 0.25 s and at 0.75 s
-    unavailable = [line for line in logs if line["event"] == "guard.figures_unavailable"]
-    assert [line["error"] for line in unavailable] == ["router unreachable"] * 2
+    # checks at 0, 0.5 and 0.75 s: the last one deferred only until the window ends
+    assert deferrals == [0.5, 0.25]
+    assert away.asked == [("shop", "review-responder")] * 3
 
 
-async def test_figures_away_for_a_tick_are_read_again_and_the_window_starts_at_the_first() -> None:
+async def test_figures_away_for_a_check_are_read_again_and_the_window_starts_at_the_first() -> None:
     before = {"2.0.0-g2": calls(10, errors=10)}  # served before the window: not judged
     failing = {"2.0.0-g2": calls(20, errors=13)}
     figures = ScriptedFigures(PlntError("away"), before, PlntError("away"), failing)
-    judged = await hold_scripted(figures, remaining_s=2.0)
-    assert judged is not None and judged.outcome is analysis.Outcome.FAIL
+    judged, _ = await checked(figures, remaining_s=2.0, check_s=0.25)
+    assert judged.outcome is analysis.Outcome.FAIL
     assert judged.figures.reason.startswith("promoted revision errors 3 of 10 calls exceed")
 
 
-async def test_the_last_tick_sleeps_only_until_the_window_ends(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    slept: list[float] = []
-    sleep = asyncio.sleep
-
-    async def recorded(delay: float) -> None:
-        slept.append(delay)
-        await sleep(0)
-
-    monkeypatch.setattr(asyncio, "sleep", recorded)
-    # a tick of 0.5 s, 0.5 s into a 0.75 s window: 0.25 s left
-    judged = await hold_scripted(ScriptedFigures(PlntError("away")), tick_s=0.5)
-    assert judged is not None and judged.figures.reason == guard.NO_TRAFFIC
-    assert slept == [0.25]
+def test_a_resumed_window_is_measured_from_its_stored_start_and_baseline() -> None:
+    fast = ((0.1, 100), (1.0, 100), (float("inf"), 100))
+    stored = HeldWindow(
+        started=100.0, baseline={"2.0.0-g2": RevisionTotals(invocations=100, latency_buckets=fast)}
+    )
+    # at the deadline, 100 calls between 0.1 and 1 s since the start: never certainly
+    # over maxP95Ms 500, but the whole window's p95 (955 ms) is
+    slower = ((0.1, 100), (1.0, 200), (float("inf"), 200))
+    slow = RevisionTotals(invocations=200, latency_buckets=slower)
+    check = guard.check_guard(
+        window=stored,
+        reading={"2.0.0-g2": slow},
+        now=104.0,
+        deadline=104.0,
+        guard=GUARD,
+        revision="2.0.0-g2",
+    )
+    assert check.verdict is not None and check.verdict.outcome is analysis.Outcome.FAIL
+    assert check.verdict.figures.window_s == 4.0
+    assert check.verdict.figures.canary.invocations == 100

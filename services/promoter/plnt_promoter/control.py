@@ -1,10 +1,9 @@
 """Operator requests: the manual gate, ``promote.requested`` and ``abort.requested``.
 
-A held step (``step_hold``) keeps its ``canary.stepped`` message in hand, and the
-consumer delivers a run's events in stream order, so a request for that run would queue
-behind the very step it means to end. The hold therefore reads the saga's latest request
-from the stream between ticks (``ending_request``); the request's own delivery, once the
-hold ended, finds the saga answered and does nothing more.
+A held step (``step_hold``) is deferred between its checks, so a request for that run is
+delivered meanwhile and answers at once. Each check also reads the saga's latest request
+from the stream (``ending_request``) and ends the step with its answer, whichever of the
+two comes first; the other finds the saga answered and does nothing more.
 """
 
 from collections.abc import Awaitable, Callable

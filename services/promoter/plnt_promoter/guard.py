@@ -1,20 +1,21 @@
 """The post-promotion guard: the promoted revision's live calls judged for ``guard.window``.
 
-The promoter holds the saga's ``run.ready`` (the consumer keeps it in progress) until the
-event's time plus the window, so a delivery after a crash resumes the same window; the
-figures are read every tick like a held canary step's (``step_hold``), from the same
-source. The moment a budget is certainly broken (the step analysis's early stop, against
-the calls the window is expected to see) the run is reverted to the kept previous
-revision (``revert``), reason GuardFailed; at the window's end its error rate and p95
-are judged on the calls it saw. No calls in the window: the guard passes nothing and
-fails nothing. A newer saga, a revert, or any later event of the run waiting
-behind the held one (a `plnt rollback`) ends the guard.
+The window is a deadline, not a held delivery: the saga's ``run.ready`` is deferred
+(``Delivery.defer``) from check to check (``step_hold.CHECK_S`` apart, the last one on the
+deadline), the deadline being the event's time plus the window, and each check reads the
+figures once, from the same source as a canary step's. The window's start and its figures
+baseline are stored (``held_window``), so a check after a restart resumes the same window
+and judges every call since its start. The moment a budget is certainly broken (the step
+analysis's early stop, against the calls the window is expected to see) the run is
+reverted to the kept previous revision (``revert``), reason GuardFailed; at the window's
+end its error rate and p95 are judged on the calls it saw. No calls in the window: the
+guard passes nothing and fails nothing. A newer saga or a revert (a `plnt rollback`,
+handled by its own delivery meanwhile) ends the guard at its next check.
 """
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
@@ -26,9 +27,10 @@ from plnt_common.figures import FiguresSource, RevisionTotals, window_by_revisio
 from plnt_common.logs import get_logger
 from plnt_common.resources import Analysis, AnalysisStatus, Guard, RevisionFigures
 from plnt_common.status import Reason
-from plnt_promoter import analysis, revert
+from plnt_promoter import analysis, held_window, revert
 from plnt_promoter.adapters.route_table import RouteTable
-from plnt_promoter.step_hold import TICK_S
+from plnt_promoter.held_window import HeldWindow, baseline_of
+from plnt_promoter.step_hold import CHECK_S, Check, next_check_s
 
 log = get_logger(__name__)
 NO_TRAFFIC = "guard saw no traffic"
@@ -94,39 +96,31 @@ def judge_window(
     )
 
 
-async def hold_guard(
+def check_guard(
     *,
-    figures: FiguresSource,
-    namespace: str,
-    name: str,
+    window: HeldWindow | None,
+    reading: Mapping[str, RevisionTotals] | None,
+    now: float,
+    deadline: float,
     guard: Guard,
     revision: str,
-    remaining_s: float,
-    still_current: Callable[[], Awaitable[bool]],
-    tick_s: float = TICK_S,
-    clock: Callable[[], float] = time.monotonic,
-) -> analysis.Judgement | None:
-    """The guard's verdict over the rest of its window; None once it is no longer current."""
-    started = clock()
-    baseline: Mapping[str, RevisionTotals] | None = None
-    while await still_current():
-        try:
-            reading = await figures.totals(namespace=namespace, name=name)
-        except PlntError as exc:  # the source is away: try again at the next tick
-            reading = None
-            log.warning("guard.figures_unavailable", error=str(exc))
-        now = clock()
-        if reading is not None and baseline is None:
-            baseline = reading
-        if reading is not None and baseline is not None:
-            totals = window_by_revision(reading, baseline).get(revision, RevisionTotals())
-            judgement = judge_window(guard, totals, elapsed_s=now - started, interval_s=remaining_s)
-            if judgement.outcome is not analysis.Outcome.HOLD:
-                return judgement
-        elif now - started >= remaining_s:
-            return judge_window(guard, RevisionTotals(), elapsed_s=remaining_s, interval_s=0)
-        await asyncio.sleep(min(tick_s, max(0.0, remaining_s - (clock() - started))))
-    return None
+    check_s: float = CHECK_S,
+) -> Check:
+    """One check of the guard window ending at ``deadline`` (epoch seconds) on ``reading``
+    (None: the figures were unavailable). PASS or FAIL, or HOLD as a deferral."""
+    held = window or HeldWindow(started=now)
+    if reading is not None and held.baseline is None:
+        held = held.model_copy(update={"baseline": baseline_of(reading, (revision,))})
+    interval_s, elapsed = deadline - held.started, now - held.started
+    if reading is not None and held.baseline is not None:
+        totals = window_by_revision(reading, held.baseline).get(revision, RevisionTotals())
+        judgement = judge_window(guard, totals, elapsed_s=elapsed, interval_s=interval_s)
+        if judgement.outcome is not analysis.Outcome.HOLD:
+            return Check(held, judgement)
+    elif elapsed >= interval_s:
+        quiet = judge_window(guard, RevisionTotals(), elapsed_s=interval_s, interval_s=0)
+        return Check(held, quiet)
+    return Check(held, defer_s=next_check_s(elapsed, (interval_s,), check_s))
 
 
 async def guard_promotion(
@@ -136,43 +130,60 @@ async def guard_promotion(
     event: Envelope,
     delivery: Delivery,
     *,
-    tick_s: float = TICK_S,
+    check_s: float = CHECK_S,
 ) -> None:
-    """Hold ``run.ready`` for the run's ``spec.guard`` window; revert on a broken budget."""
+    """One check of the run's ``spec.guard`` window on ``run.ready``: revert on a broken
+    budget, or defer the event to the next check."""
     installed = await last_of_saga(bus, EventType.CANARY_INSTALLED, event)
     data: CanaryInstalled | None = installed.payload() if installed else None
     guard = data.run.spec.guard if data else None
     if guard is None:
         return
     ready: RunReady = event.payload()
-    elapsed = (datetime.now(UTC) - event.time).total_seconds()
-    remaining_s = guard.window_s - elapsed
-    if remaining_s <= 0:
+    (latest, _), (stored, revision) = await asyncio.gather(
+        latest_saga(bus, event.namespace, event.name),
+        held_window.load(bus, event.sagaid, held_window.GUARD),
+    )
+    if latest != event.sagaid:
+        log.info("guard.ended", reason="a newer saga or a revert")
+        if stored is not None:
+            await held_window.forget(bus, event.sagaid, held_window.GUARD)
+        return
+    deadline = event.time.timestamp() + guard.window_s
+    now = time.time()
+    if stored is None and now >= deadline:
         log.info("guard.window_passed", revision=ready.revision)
         return
-
-    async def still_current() -> bool:
-        latest, _ = await latest_saga(bus, event.namespace, event.name)
-        return latest == event.sagaid and not delivery.has_successor()
-
-    log.info("guard.watching", revision=ready.revision, window_s=round(remaining_s, 3))
-    judgement = await hold_guard(
-        figures=figures,
-        namespace=event.namespace,
-        name=event.name,
+    try:
+        reading: Mapping[str, RevisionTotals] | None = await figures.totals(
+            namespace=event.namespace, name=event.name
+        )
+    except PlntError as exc:  # the source is away: try again at the next check
+        reading = None
+        log.warning("guard.figures_unavailable", error=str(exc))
+    if stored is None:
+        log.info("guard.watching", revision=ready.revision, window_s=round(deadline - now, 3))
+    check = check_guard(
+        window=stored,
+        reading=reading,
+        now=now,
+        deadline=deadline,
         guard=guard,
         revision=ready.revision,
-        remaining_s=remaining_s,
-        still_current=still_current,
-        tick_s=tick_s,
+        check_s=check_s,
     )
-    if judgement is None:
-        log.info("guard.ended", reason="a newer saga, a revert or a later event of the run")
+    if check.verdict is None:
+        if check.window != stored:
+            await held_window.store(bus, event.sagaid, held_window.GUARD, check.window, revision)
+        delivery.defer(check.defer_s)
         return
+    judgement = check.verdict
     reason = judgement.figures.reason
     if judgement.outcome is analysis.Outcome.PASS:
         log.info(reason if reason == NO_TRAFFIC else "guard.passed", revision=ready.revision)
-        return
-    message = f"guard failed after {judgement.figures.window_s:g}s: {reason}"
-    log.info("guard.failed", revision=ready.revision, reason=reason)
-    await revert.revert(bus, routes, event, reason=Reason.GUARD_FAILED, message=message)
+    else:
+        message = f"guard failed after {judgement.figures.window_s:g}s: {reason}"
+        log.info("guard.failed", revision=ready.revision, reason=reason)
+        await revert.revert(bus, routes, event, reason=Reason.GUARD_FAILED, message=message)
+    if stored is not None:
+        await held_window.forget(bus, event.sagaid, held_window.GUARD)

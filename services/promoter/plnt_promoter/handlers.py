@@ -1,18 +1,20 @@
 """Promoter handlers: decode, observe the saga and the route, decide, write, publish.
 
-The stepped canary runs here too: ``canary.stepped`` is held (``step_hold``) and answered
-with ``analysis.passed`` or ``analysis.failed``. Operator requests and the manual gate
-are ``control``'s.
+The stepped canary runs here too: each delivery of ``canary.stepped`` is one check of the
+step (``step_hold``), answered with ``analysis.passed`` or ``analysis.failed`` or deferred
+to the next check. Operator requests and the manual gate are ``control``'s.
 """
 
 import asyncio
+import time
+from collections.abc import Mapping
 
 from plnt_common import faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
 from plnt_common.embeddings import SentenceEmbedder, SimilarityScorer
-from plnt_common.errors import Conflict
+from plnt_common.errors import Conflict, PlntError
 from plnt_common.events import (
     AnalysisVerdict,
     CanaryInstalled,
@@ -26,18 +28,18 @@ from plnt_common.events import (
     StepTimedOut,
     follow_up,
 )
-from plnt_common.figures import FiguresSource
+from plnt_common.figures import FiguresSource, RevisionTotals
 from plnt_common.logs import get_logger
 from plnt_common.messages import SUPERSEDED, deadline_passed
 from plnt_common.resources import Canary
 from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
-from plnt_promoter import analysis, guard, logic, revert, shadow_phase
+from plnt_promoter import analysis, guard, held_window, logic, revert, shadow_phase
 from plnt_promoter.adapters.route_table import RouteTable
 from plnt_promoter.adapters.saga_events import last_of_saga
 from plnt_promoter.control import OperatorControl, gated
-from plnt_promoter.step_hold import TICK_S, hold_step
+from plnt_promoter.step_hold import CHECK_S, check_step
 
 log = get_logger(__name__)
 SERVICE = "promoter"
@@ -53,7 +55,7 @@ class PromoterHandlers:
         routes: RouteTable,
         public_url: str,
         figures: FiguresSource,
-        tick_s: float = TICK_S,
+        check_s: float = CHECK_S,
         scorer: SimilarityScorer | None = None,
         shadow_check_s: float = shadow_phase.CHECK_S,
     ) -> None:
@@ -61,7 +63,7 @@ class PromoterHandlers:
         self._routes = routes
         self._public_url = public_url
         self._figures = figures
-        self._tick_s = tick_s
+        self._check_s = check_s
         self._control = OperatorControl(
             bus=bus, routes=routes, promote=self._promote, restore=self._restore
         )
@@ -125,7 +127,7 @@ class PromoterHandlers:
                 await self._control.on_abort(event)
             case EventType.RUN_READY:
                 await guard.guard_promotion(
-                    self._bus, self._routes, self._figures, event, delivery, tick_s=self._tick_s
+                    self._bus, self._routes, self._figures, event, delivery, check_s=self._check_s
                 )
             case EventType.ROLLBACK_REQUESTED:
                 await revert.rollback(self._bus, self._routes, event)
@@ -283,41 +285,55 @@ class PromoterHandlers:
         log.info("canary.stepped", step=f"{step}/{len(plan.steps)}", weight=weight)
 
     async def _hold_step(self, event: Envelope, delivery: Delivery) -> None:
+        """One check of a held step: answer it, or defer it to the next check."""
         data: CanaryStepped = event.payload()
         label = f"{data.step}/{len(data.plan.steps)}"
-        state, (entry, _) = await self._observe(event)
+        wait = held_window.step_wait(data.step)
+        (state, (entry, _)), (stored, revision) = await asyncio.gather(
+            self._observe(event), held_window.load(self._bus, event.sagaid, wait)
+        )
+
+        async def end_wait() -> None:
+            if stored is not None:
+                await held_window.forget(self._bus, event.sagaid, wait)
+
         if state is not SagaState.CURRENT:
             await self._supersede(event, data.canary)
+            await end_wait()
             return
         if not logic.canary_is_routed(entry, event.sagaid):
             log.info("step.not_held", reason="the canary is out of the route")
+            await end_wait()
             return
-        if delivery.attempt > 1 and await self._step_judged(event, data.step):
+        resumed = delivery.attempt > 1 or stored is not None
+        if resumed and await self._step_judged(event, data.step):
             log.info("step.already_judged", step=label)
+            await end_wait()
             return
         assert entry is not None
-
-        async def still_current() -> bool:
-            return await observe_saga(self._bus, event) is SagaState.CURRENT
-
-        judgement = await hold_step(
-            figures=self._figures,
-            namespace=event.namespace,
-            name=event.name,
+        request = await self._control.ending_request(event)
+        if request is not None:
+            await self._control.end_held_step(event, request, data.canary)
+            await end_wait()
+            return
+        reading, problem = await self._read_figures(event)
+        check = check_step(
+            window=stored,
+            reading=reading,
+            problem=problem,
+            now=time.time(),
             plan=data.plan,
             step=label,
             canary_revision=data.canary.revision,
             stable_revision=entry.stable.revision if entry.stable else "",
-            still_current=still_current,
-            operator_request=lambda: self._control.ending_request(event),
-            tick_s=self._tick_s,
+            check_s=self._check_s,
         )
-        if judgement is None:
-            await self._supersede(event, data.canary)
+        if check.verdict is None:
+            if check.window != stored:
+                await held_window.store(self._bus, event.sagaid, wait, check.window, revision)
+            delivery.defer(check.defer_s)
             return
-        if isinstance(judgement, Envelope):
-            await self._control.end_held_step(event, judgement, data.canary)
-            return
+        judgement = check.verdict
         passed = judgement.outcome is analysis.Outcome.PASS
         verdict = AnalysisVerdict(
             canary=data.canary,
@@ -332,6 +348,18 @@ class PromoterHandlers:
             follow_up(event, kind, verdict, source=SERVICE), step=str(data.step)
         )
         log.info(kind.value, step=label, reason=judgement.figures.reason)
+        await end_wait()
+
+    async def _read_figures(
+        self, event: Envelope
+    ) -> tuple[Mapping[str, RevisionTotals] | None, str]:
+        """The run's live figures, or None and why when the source is away (the next
+        check reads them again)."""
+        try:
+            return await self._figures.totals(namespace=event.namespace, name=event.name), ""
+        except PlntError as exc:
+            log.warning("analysis.figures_unavailable", error=str(exc))
+            return None, str(exc)
 
     async def _step_judged(self, event: Envelope, step: int) -> bool:
         """A verdict on ``step`` is in the stream already (a redelivered step)."""

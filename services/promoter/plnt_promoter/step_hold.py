@@ -1,76 +1,81 @@
-"""Holding one canary step: read the live figures every tick and judge the step's window.
+"""Holding one canary step: a deadline re-checked by deferred deliveries, not a held one.
 
-The window starts at the step's first reading of the figures, so a step redelivered after
-a crash starts its window again (the crash costs the time already held). Readings that
-fail are retried at the next tick; a step with no reading for its whole hold fails. An
-operator's abort or ``promote --full`` ends the hold at the next tick (``control``).
+Each delivery of ``canary.stepped`` is one check: it reads the live figures once, judges
+the step's window once (``check_step``) and either answers or defers the event to the
+next check (``next_check_s``), so a held step takes none of the consumer's slots. The
+window starts at the step's first reading of the figures; its start and that reading
+(the baseline) are stored (``held_window``), so a check after a restart resumes the same
+window. Readings that fail are tried again at the next check; a step with no reading for
+its whole hold fails. An operator's abort or ``promote --full`` ends the hold at the next
+check (``control``).
 """
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from plnt_common.errors import PlntError
-from plnt_common.events import Envelope
-from plnt_common.figures import FiguresSource, RevisionTotals, window_by_revision
-from plnt_common.logs import get_logger
+from plnt_common.figures import RevisionTotals, window_by_revision
 from plnt_common.resources import AnalysisStatus, Canary
 from plnt_promoter import analysis
+from plnt_promoter.held_window import HeldWindow, baseline_of
 
-log = get_logger(__name__)
+CHECK_S = 1.0
+"""Between two checks of a held step or the guard window (one deferred delivery each).
+As often as the in-process tick it replaces, so a failing canary, an abort or a
+``promote --full`` is still answered within a second; a check costs a few bus reads plus
+the deferral's NAK and record, which every held run can afford once a second."""
 
-TICK_S = 1.0
-"""Between two judgements of a held step."""
+
+@dataclass(frozen=True)
+class Check:
+    """One check of a wait: its verdict, or the window to store and when to check again."""
+
+    window: HeldWindow
+    verdict: analysis.Judgement | None = None
+    defer_s: float = 0.0
 
 
-async def hold_step(
+def next_check_s(elapsed_s: float, boundaries: tuple[float, ...], check_s: float) -> float:
+    """How long to defer: to the next check, or to the window's next boundary (its end,
+    the end of its wait for traffic) when that is sooner, so a step ends on time."""
+    ahead = [boundary - elapsed_s for boundary in boundaries if boundary > elapsed_s]
+    return max(0.0, min([check_s, *ahead]))
+
+
+def check_step(
     *,
-    figures: FiguresSource,
-    namespace: str,
-    name: str,
+    window: HeldWindow | None,
+    reading: Mapping[str, RevisionTotals] | None,
+    problem: str,
+    now: float,
     plan: Canary,
     step: str,
     canary_revision: str,
     stable_revision: str,
-    still_current: Callable[[], Awaitable[bool]],
-    operator_request: Callable[[], Awaitable[Envelope | None]],
-    tick_s: float = TICK_S,
-    clock: Callable[[], float] = time.monotonic,
-) -> analysis.Judgement | Envelope | None:
-    """The step's verdict (PASS or FAIL), the operator's request that ended the hold, or
-    None once the saga is no longer current."""
+    check_s: float = CHECK_S,
+) -> Check:
+    """One check of step ``step`` at ``now`` (epoch seconds) on ``reading`` (None: the
+    figures were unavailable, ``problem`` says why). PASS or FAIL, or HOLD as a deferral."""
     interval_s = plan.step_interval_s
-    started = clock()
-    baseline: Mapping[str, RevisionTotals] | None = None
-    problem = ""
-    while await still_current():
-        request = await operator_request()
-        if request is not None:
-            return request
-        try:
-            reading = await figures.totals(namespace=namespace, name=name)
-        except PlntError as exc:  # the source is away: try again at the next tick
-            reading, problem = None, str(exc)
-            log.warning("analysis.figures_unavailable", error=problem)
-        now = clock()
-        if reading is not None and baseline is None:
-            baseline, started = reading, now
-        elif reading is not None and baseline is not None:
-            windows = window_by_revision(reading, baseline)
-            judgement = analysis.judge_step(
-                analysis=plan.analysis,
-                canary=windows.get(canary_revision, RevisionTotals()),
-                stable=windows.get(stable_revision, RevisionTotals()),
-                elapsed_s=now - started,
-                interval_s=interval_s,
-                step=step,
-            )
-            if judgement.outcome is not analysis.Outcome.HOLD:
-                return judgement
-        elif now - started >= analysis.hold_s(interval_s):
-            reason = f"no live figures for {now - started:.1f}s: {problem}"
-            return analysis.Judgement(
-                analysis.Outcome.FAIL, AnalysisStatus(step=step, reason=reason)
-            )
-        await asyncio.sleep(tick_s)
-    return None
+    bounds = (interval_s, analysis.hold_s(interval_s))
+    held = window or HeldWindow(started=now)
+    if reading is not None and held.baseline is None:
+        baseline = baseline_of(reading, (canary_revision, stable_revision))
+        return Check(HeldWindow(started=now, baseline=baseline), defer_s=min(check_s, bounds[0]))
+    elapsed = now - held.started
+    if reading is not None and held.baseline is not None:
+        windows = window_by_revision(reading, held.baseline)
+        judgement = analysis.judge_step(
+            analysis=plan.analysis,
+            canary=windows.get(canary_revision, RevisionTotals()),
+            stable=windows.get(stable_revision, RevisionTotals()),
+            elapsed_s=elapsed,
+            interval_s=interval_s,
+            step=step,
+        )
+        if judgement.outcome is not analysis.Outcome.HOLD:
+            return Check(held, judgement)
+    elif elapsed >= bounds[1]:
+        reason = f"no live figures for {elapsed:.1f}s: {problem}"
+        failed = analysis.Judgement(analysis.Outcome.FAIL, AnalysisStatus(step=step, reason=reason))
+        return Check(held, failed)
+    return Check(held, defer_s=next_check_s(elapsed, bounds, check_s))
