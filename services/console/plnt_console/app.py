@@ -24,7 +24,13 @@ from plnt_cli.operate import operate
 from plnt_common import event_loop, subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.kv_mirror import KvMirror
-from plnt_common.errors import PlntError, ResourceNotFound
+from plnt_common.errors import (
+    BusUnavailable,
+    PlntError,
+    ResourceNotFound,
+    SpecInvalid,
+    SpecNotFound,
+)
 from plnt_common.figures import RouterFigures
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.operations import Operation
@@ -34,6 +40,7 @@ from plnt_console.board import Board, sse_frame
 from plnt_console.guard import check_bind, token_middleware
 from plnt_console.settings import ConsoleSettings
 from plnt_console.timeline import timeline
+from plnt_console.workflow_view import read_pulled, workflow_view
 
 log = get_logger(__name__)
 
@@ -55,6 +62,7 @@ def create_app(*, board: Board, session: Session, token: str = "") -> web.Applic
     app.router.add_get("/api/events", events)
     app.router.add_get("/api/runs/{ns}/{name}", get_run)
     app.router.add_get("/api/runs/{ns}/{name}/timeline", get_timeline)
+    app.router.add_get("/api/runs/{ns}/{name}/workflow", get_workflow)
     app.router.add_post("/api/runs/{ns}/{name}/invoke", invoke)
     app.router.add_post("/api/runs/{ns}/{name}/{operation}", run_operation)
     app.router.add_static("/static/", STATIC, show_index=False)
@@ -114,6 +122,35 @@ async def get_timeline(request: web.Request) -> web.Response:
     if not found["sagas"]:
         return _error(404, f"no events for {ns}/{name} in the stream")
     return web.json_response(found)
+
+
+async def get_workflow(request: web.Request) -> web.Response:
+    """The workflow the run pulled (its ``specDigest``): its input form and DAG.
+
+    The digest comes from the run's projection (``plnt-runs``, there on every platform),
+    else from the stored WorkflowRun's status."""
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    session = request.app[SESSION]
+    summary = request.app[BOARD].runs.get(f"{ns}.{name}")
+    status: dict[str, Any] = {}
+    if summary is None:
+        stored = await session.store.get("WorkflowRun", ns, name)
+        if stored is None:
+            return _error(404, f"workflowruns {name!r} not found in namespace {ns!r}")
+        status = stored.body.get("status") or {}
+    digest = (summary or {}).get("specDigest") or status.get("specDigest") or ""
+    if not digest:
+        phase = (summary or {}).get("phase") or status.get("phase") or "Pending"
+        return _error(409, f"{ns}/{name} has not pulled its workflow yet (phase {phase})")
+    try:
+        workflow = await read_pulled(session.bus.specs, digest)
+    except SpecNotFound as exc:
+        return _error(404, str(exc))
+    except SpecInvalid as exc:
+        return _error(422, str(exc))
+    except BusUnavailable as exc:
+        return _error(503, str(exc))
+    return web.json_response(workflow_view(workflow, digest=digest))
 
 
 async def run_operation(request: web.Request) -> web.Response:

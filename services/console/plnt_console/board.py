@@ -39,6 +39,7 @@ def run_summary(projection: RunProjection) -> dict[str, Any]:
         "endpoint": status.get("endpoint", ""),
         "sagaId": projection.saga_id,
         "traceId": status.get("traceId", ""),
+        "specDigest": status.get("specDigest", ""),
         "generation": projection.generation,
         "since": since.isoformat() if since else "",
         "deleting": projection.deleting,

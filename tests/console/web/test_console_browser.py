@@ -3,6 +3,7 @@ a run reaching Ready live, its timeline, the playground, rollback, and the confi
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,13 +111,38 @@ async def test_a_run_goes_live_to_ready_and_opens_its_timeline_and_playground(
     assert len(names) == len(set(names)), "one row per step"
     await shot(p, tmp_path, "timeline")
 
+    # the form comes from the pulled workflow's input schema; typing fills the body
     body = json.loads((EXAMPLES / "invoke.json").read_text())
-    await p.get_by_label("Invoke body (JSON)").fill(json.dumps(body))  # type: ignore[attr-defined]
+    for field in ("review", "brand_voice"):
+        await p.get_by_label(field, exact=True).fill(body[field])  # type: ignore[attr-defined]
+    typed = await p.get_by_label("Invoke body (JSON)").input_value()  # type: ignore[attr-defined]
+    assert json.loads(typed) == body
     await p.get_by_role("button", name="Invoke").click()  # type: ignore[attr-defined]
     meta = p.locator("#invoke-meta")  # type: ignore[attr-defined]
     await expect(meta).to_contain_text(f"HTTP 200, revision {STABLE}", timeout=LIVE_S)
     assert (await p.locator("#invoke-answer").inner_text()).strip()  # type: ignore[attr-defined]
+    steps_drawn = ("classify_intent", "retrieve_brand_voice", "draft_reply", "safety_check")
+    await expect_step_results(p, steps_drawn)
     await shot(p, tmp_path, "playground")
+
+    # a streamed answer's step events land on the same nodes
+    await p.get_by_label("Stream the answer (server-sent events)").check()  # type: ignore[attr-defined]
+    await p.get_by_role("button", name="Invoke").click()  # type: ignore[attr-defined]
+    await expect(meta).to_contain_text("HTTP 200", timeout=LIVE_S)
+    assert "event: step" in await p.locator("#invoke-answer").inner_text()  # type: ignore[attr-defined]
+    await expect_step_results(p, steps_drawn)
+
+
+async def expect_step_results(page: object, steps: tuple[str, ...]) -> None:
+    """Each step's node on the DAG shows its duration and its (collapsed) output."""
+    nodes = page.locator("#dag .node")  # type: ignore[attr-defined]
+    await expect(nodes).to_have_count(len(steps))
+    for step in steps:
+        node = page.locator(f'#dag [data-step="{step}"]')  # type: ignore[attr-defined]
+        await expect(node.locator(".timing")).to_have_text(re.compile(r"^\d+\.\d ms"))
+        output = node.locator(".output details")
+        await expect(output).not_to_have_attribute("open", "")
+        assert (await output.locator("pre").text_content() or "").strip(), step
 
 
 async def test_each_button_asks_first_and_rollback_moves_the_serving_revision_back(

@@ -100,26 +100,198 @@ async function renderTimeline(key) {
   }
 }
 
-async function renderPlayground(key) {
+const runPath = (key) => {
   const [ns, name] = key.split(/\.(.*)/s);
-  const fields = $("#input-fields");
-  fields.replaceChildren();
-  const answer = await fetch(`/api/runs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`);
-  if (!answer.ok) return;
-  const schema = ((await answer.json()).spec || {}).input;
-  if (!schema || schema.type !== "object") return;
-  for (const [prop, def] of Object.entries(schema.properties || {})) {
-    const id = `input-${prop}`;
-    const input = el("input", { id, name: prop, type: def.type === "number" || def.type === "integer" ? "number" : "text" });
-    input.addEventListener("input", () => {
-      const body = {};
-      for (const field of fields.querySelectorAll("input")) {
-        if (field.value !== "") body[field.name] = field.type === "number" ? Number(field.value) : field.value;
-      }
-      $("#invoke-body").value = JSON.stringify(body, null, 2);
-    });
-    fields.append(el("label", { for: id }, def.title || prop), input);
+  return `/api/runs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
+};
+
+// The playground's form: one field per property of the workflow's input schema the
+// console could turn into a field; every change rewrites those keys of the JSON body and
+// leaves the others (objects, arrays) to the textarea.
+function formValue(field, input) {
+  if (field.kind === "boolean") return input.checked;
+  if (input.value === "") return undefined;
+  if (field.kind === "number" || field.kind === "integer") return Number(input.value);
+  if (field.kind === "enum") return field.options[Number(input.value)];
+  return input.value;
+}
+
+function fieldInput(field) {
+  const id = `input-${field.name}`;
+  let input;
+  if (field.kind === "enum") {
+    input = el("select", { id, name: field.name }, el("option", { value: "" }, "—"));
+    field.options.forEach((option, i) => input.append(el("option", { value: String(i) }, String(option))));
+  } else if (field.kind === "boolean") {
+    input = el("input", { id, name: field.name, type: "checkbox" });
+  } else {
+    const numeric = field.kind === "number" || field.kind === "integer";
+    input = el("input", { id, name: field.name, type: numeric ? "number" : "text" });
+    if (field.kind === "integer") input.setAttribute("step", "1");
+    if (field.kind === "number") input.setAttribute("step", "any");
   }
+  if (field.required) { input.required = true; input.setAttribute("aria-required", "true"); }
+  if (field.description) input.setAttribute("title", field.description);
+  return input;
+}
+
+function renderForm(form) {
+  const box = $("#input-fields");
+  box.replaceChildren();
+  if (!form || !form.length) return;
+  const sync = () => {
+    let body;
+    try { body = JSON.parse($("#invoke-body").value || "{}"); } catch { body = {}; }
+    if (body === null || typeof body !== "object" || Array.isArray(body)) body = {};
+    for (const field of form) {
+      const value = formValue(field, box.querySelector(`[name="${CSS.escape(field.name)}"]`));
+      if (value === undefined) delete body[field.name]; else body[field.name] = value;
+    }
+    $("#invoke-body").value = JSON.stringify(body, null, 2);
+  };
+  for (const field of form) {
+    const input = fieldInput(field);
+    input.addEventListener("input", sync);
+    input.addEventListener("change", sync);
+    const label = el("label", { for: input.id }, field.title + (field.required ? " (required)" : ""));
+    box.append(label, input);
+  }
+}
+
+// The workflow's DAG: one box per step, in columns by depth (a step sits right of every
+// step it needs); each box names what it needs and, after an invoke, its timing and output.
+function depths(steps) {
+  const byId = new Map(steps.map((s) => [s.id, s]));
+  const memo = new Map();
+  const depth = (id) => {
+    if (!memo.has(id)) memo.set(id, Math.max(-1, ...(byId.get(id)?.needs || []).map(depth)) + 1);
+    return memo.get(id);
+  };
+  return new Map(steps.map((s) => [s.id, depth(s.id)]));
+}
+
+function renderDag(steps) {
+  const box = $("#dag");
+  box.replaceChildren();
+  if (!steps || !steps.length) return;
+  const level = depths(steps);
+  const columns = Math.max(...level.values()) + 1;
+  box.style.gridTemplateColumns = `repeat(${columns}, minmax(10rem, 1fr))`;
+  const rows = new Map();
+  for (const step of steps) {
+    const column = level.get(step.id);
+    const row = (rows.get(column) || 0) + 1;
+    rows.set(column, row);
+    const node = el("div", { class: "node", "data-step": step.id, role: "group", "aria-label": `step ${step.id}` },
+      el("strong", {}, step.id), el("div", { class: "tool" }, step.tool),
+      el("div", { class: "needs" }, step.needs.length ? `needs ${step.needs.join(", ")}` : "first"),
+      el("div", { class: "timing" }), el("div", { class: "output" }));
+    node.style.gridColumn = String(column + 1);
+    node.style.gridRow = String(row);
+    box.append(node);
+  }
+}
+
+const OUTPUT_CHARS = 400;
+
+function showStep(id, step) {
+  const node = $(`#dag [data-step="${CSS.escape(id)}"]`);
+  if (!node) return;
+  const ms = Number(step.duration_ms ?? 0);
+  node.querySelector(".timing").textContent = `${ms.toFixed(1)} ms${step.cached ? ", cached" : ""}`;
+  let text = typeof step.output === "string" ? step.output : JSON.stringify(step.output, null, 2);
+  if (text.length > OUTPUT_CHARS) text = `${text.slice(0, OUTPUT_CHARS)}… (${text.length} chars)`;
+  node.querySelector(".output").replaceChildren(
+    el("details", {}, el("summary", {}, "output"), el("pre", {}, text)));
+  node.classList.add("done");
+}
+
+function clearSteps() {
+  for (const node of document.querySelectorAll("#dag .node")) {
+    node.classList.remove("done");
+    node.querySelector(".timing").textContent = "";
+    node.querySelector(".output").replaceChildren();
+  }
+}
+
+// The steps of an answer: the JSON body's `steps`, or a streamed answer's `step` events.
+function answerSteps(text) {
+  try {
+    const body = JSON.parse(text);
+    return Object.entries((body && body.steps) || {});
+  } catch { /* server-sent events */ }
+  const found = [];
+  for (const frame of text.split(/\r?\n\r?\n/)) {
+    const lines = frame.split(/\r?\n/);
+    if (!lines.includes("event: step")) continue;
+    const data = lines.filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+    try { const step = JSON.parse(data); found.push([step.step, step]); } catch { /* a broken frame */ }
+  }
+  return found;
+}
+
+async function renderPlayground(key) {
+  renderForm(null);
+  renderDag(null);
+  $("#workflow-note").textContent = "";
+  const answer = await fetch(`${runPath(key)}/workflow`);
+  const data = await answer.json();
+  if (key !== selected) return;
+  if (!answer.ok) { $("#workflow-note").textContent = data.error; return; }
+  $("#workflow-note").textContent = `workflow ${data.name}@${data.version}`;
+  renderForm(data.form);
+  renderDag(data.steps);
+}
+
+// Where a run's status has them: its placement over backends and its shadow figures,
+// drawn from the status JSON as it comes (keys shown as they are named there).
+function cellText(value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(3);
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+function table(rows, label) {
+  const columns = [...new Set(rows.flatMap((row) => Object.keys(row)))];
+  return el("table", { "aria-label": label },
+    el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { scope: "col" }, c)))),
+    el("tbody", {}, ...rows.map((row) => el("tr", {}, ...columns.map((c) => el("td", { "data-col": c }, cellText(row[c])))))));
+}
+
+function renderPlacement(placement) {
+  const box = $("#placement");
+  box.replaceChildren();
+  box.hidden = !Array.isArray(placement) || !placement.length;
+  if (box.hidden) return;
+  box.append(el("h3", {}, "Placement over backends"), table(placement, "placement"));
+}
+
+function renderShadow(shadow) {
+  const box = $("#shadow");
+  box.replaceChildren();
+  box.hidden = !shadow || typeof shadow !== "object";
+  if (box.hidden) return;
+  const figures = Object.entries(shadow).filter(([, v]) => v === null || typeof v !== "object");
+  box.append(el("h3", {}, "Shadow figures"),
+    el("dl", { class: "figures" }, ...figures.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-figure": k }, cellText(v))])));
+  const examples = Array.isArray(shadow.examples) ? shadow.examples : [];
+  if (!examples.length) return;
+  box.append(el("h4", {}, "Least similar pairs"));
+  for (const example of examples) {
+    box.append(el("div", { class: "pair", role: "group", "aria-label": `pair scored ${cellText(example.score)}` },
+      el("div", {}, el("h5", {}, "input"), el("pre", {}, cellText(example.input))),
+      el("div", {}, el("h5", {}, "stable"), el("pre", { class: "stable" }, cellText(example.stable))),
+      el("div", {}, el("h5", {}, "canary"), el("pre", { class: "canary" }, cellText(example.canary))),
+      el("div", {}, el("h5", {}, "score"), el("p", { class: "score" }, cellText(example.score)))));
+  }
+}
+
+async function renderStatus(key) {
+  const answer = await fetch(runPath(key));
+  const status = answer.ok ? ((await answer.json()).status || {}) : {};
+  if (key !== selected) return;
+  renderPlacement(status.placement);
+  renderShadow(status.shadow);
 }
 
 function select(key) {
@@ -132,6 +304,7 @@ function select(key) {
   renderTimeline(key);
   renderFigures();
   renderPlayground(key);
+  renderStatus(key);
 }
 
 function confirmAction(text) {
@@ -164,6 +337,7 @@ $("#playground").addEventListener("submit", async (event) => {
   const [ns, name] = selected.split(/\.(.*)/s);
   const out = $("#invoke-answer"), meta = $("#invoke-meta");
   out.textContent = ""; meta.textContent = "calling…";
+  clearSteps();
   const stream = $("#invoke-stream").checked ? "?stream=1" : "";
   const started = performance.now();
   const answer = await fetch(`/api/runs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/invoke${stream}`,
@@ -178,6 +352,7 @@ $("#playground").addEventListener("submit", async (event) => {
   const trace = answer.headers.get("x-plnt-trace-id");
   meta.textContent = `HTTP ${answer.status}, revision ${answer.headers.get("x-plnt-revision") || "-"}` +
     `, ${(performance.now() - started).toFixed(0)} ms` + (trace ? `, trace id ${trace}` : "");
+  for (const [id, step] of answerSteps(out.textContent)) showStep(id, step);
   try { out.textContent = JSON.stringify(JSON.parse(out.textContent), null, 2); } catch { /* streamed text */ }
 });
 
@@ -191,8 +366,10 @@ source.addEventListener("runs", (e) => {
 });
 source.addEventListener("run", (e) => {
   const run = JSON.parse(e.data);
-  runs.set(`${run.namespace}.${run.name}`, run);
+  const key = `${run.namespace}.${run.name}`;
+  runs.set(key, run);
   renderRuns();
+  if (key === selected) renderStatus(key);
 });
 source.addEventListener("run-removed", (e) => { runs.delete(JSON.parse(e.data).key); renderRuns(); });
 source.addEventListener("figures", (e) => onFigures(JSON.parse(e.data).figures));
