@@ -116,6 +116,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "runnerChart" "backends" "kubeconfig")
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
   "promoter" (list "concurrency" "followResyncS" "shadowCheckS" "figures" "prometheusUrl")
+  "console" (list "host" "port")
   "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS" "figuresIntervalS" "shadowWorkers" "shadowQueue" "shadowPublishTimeoutS")
 }}
 {{- toJson (append (get $keys .) "metricsPort") }}
