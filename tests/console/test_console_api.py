@@ -11,7 +11,7 @@ from console_support import TOKEN, Console
 from plnt_common.errors import PlntError
 from plnt_common.figures import RevisionTotals, RouterFigures
 from plnt_common.projection import RunProjection, run_key
-from plnt_common.resources import CanaryStatus, WorkflowRunStatus
+from plnt_common.resources import CanaryStatus, ShadowExample, ShadowStatus, WorkflowRunStatus
 from plnt_common.status import Phase
 from plnt_common.subjects import router_figures_subject
 from plnt_console.guard import check_bind
@@ -198,3 +198,30 @@ def test_another_address_needs_a_token() -> None:
     with pytest.raises(PlntError, match=r"refuses to listen on 0\.0\.0\.0 without a token"):
         check_bind("0.0.0.0", "")
     check_bind("0.0.0.0", TOKEN)
+
+
+async def test_a_run_the_store_does_not_hold_is_answered_from_its_projection(
+    console: Console,
+) -> None:
+    """On Kubernetes the API server holds the objects: the run page's status panels read
+    the run's status from plnt-runs instead."""
+    shadow = ShadowStatus(
+        pairs=3, similarity=0.5, examples=(ShadowExample(input="{}", stable="a", canary="b"),)
+    )
+    run = projection("epsilon", Phase.PROGRESSING)
+    run = run.model_copy(update={"status": run.status.model_copy(update={"shadow": shadow})})
+    await put_run(console, run)
+    async with console.http.get(f"{console.url}/api/runs/default/epsilon") as response:
+        assert response.status == 200
+        body = await response.json()
+    assert body["metadata"] == {"namespace": "default", "name": "epsilon"}
+    assert body["status"]["phase"] == "Progressing"
+    assert body["status"]["shadow"]["similarity"] == 0.5
+    assert body["status"]["shadow"]["examples"][0]["canary"] == "b"
+    await put_run(console, projection("zeta", Phase.READY).model_copy(update={"removed": True}))
+    for gone in ("nobody", "zeta"):  # never there; removed (its entry lingers a while)
+        async with console.http.get(f"{console.url}/api/runs/default/{gone}") as response:
+            assert response.status == 404, gone
+            assert (await response.json())["error"] == (
+                f"workflowruns {gone!r} not found in namespace 'default'"
+            )

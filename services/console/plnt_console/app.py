@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
@@ -34,7 +35,7 @@ from plnt_common.errors import (
 from plnt_common.figures import RouterFigures
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.operations import Operation
-from plnt_common.projection import RunProjection
+from plnt_common.projection import RunProjection, run_key
 from plnt_common.resource_store import ResourceStore
 from plnt_console.board import Board, sse_frame
 from plnt_console.guard import check_bind, token_middleware
@@ -108,11 +109,29 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 async def get_run(request: web.Request) -> web.Response:
+    """The stored WorkflowRun; where the store has none (on Kubernetes the API server
+    holds the objects) the run's status as its projection in ``plnt-runs`` has it."""
     ns, name = request.match_info["ns"], request.match_info["name"]
-    stored = await request.app[SESSION].store.get("WorkflowRun", ns, name)
-    if stored is None:
+    session = request.app[SESSION]
+    stored = await session.store.get("WorkflowRun", ns, name)
+    if stored is not None:
+        return web.json_response(stored.body)
+    projection = await _projection(session.bus, ns, name)
+    if projection is None:
         return _error(404, f"workflowruns {name!r} not found in namespace {ns!r}")
-    return web.json_response(stored.body)
+    status = projection.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return web.json_response(
+        {"kind": "WorkflowRun", "metadata": {"namespace": ns, "name": name}, "status": status}
+    )
+
+
+async def _projection(bus: Bus, ns: str, name: str) -> RunProjection | None:
+    try:
+        entry = await bus.runs.get(run_key(ns, name))
+    except (KeyNotFoundError, KeyDeletedError):
+        return None
+    projection = _decode_run(entry)
+    return None if projection is None or projection.removed else projection
 
 
 async def get_timeline(request: web.Request) -> web.Response:
