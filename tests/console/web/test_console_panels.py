@@ -2,6 +2,7 @@
 against a console on a real nats-server whose store holds what the saga would have written:
 the pulled spec in plnt-specs, the run's projection and its WorkflowRun with a status."""
 
+import copy
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -162,3 +163,22 @@ async def test_placement_and_shadow_panels_show_a_written_status_and_nothing_wit
     await open_run(page, "plain")  # another run's panels do not stay behind
     await expect(page.locator("#placement")).to_be_hidden()
     await expect(page.locator("#shadow")).to_be_hidden()
+
+
+async def test_a_new_generations_spec_replaces_the_form_and_dag_live(
+    page: Any, console: Console
+) -> None:
+    await written_run(console, "moving", {})
+    await open_run(page, "moving")
+    await expect(page.locator("#workflow-note")).to_have_text("workflow triage@1.0.0")
+    second = copy.deepcopy(WORKFLOW)
+    second["metadata"]["version"] = "2.0.0"
+    second["spec"]["input"]["properties"] = {"question": {"type": "string"}}
+    second["spec"]["input"]["required"] = []
+    second["spec"]["steps"] = second["spec"]["steps"][:1]
+    digest = await store_spec(console, second)
+    await put_run(console, pulled("moving", digest))  # the page is never reloaded
+    await expect(page.locator("#workflow-note")).to_have_text("workflow triage@2.0.0")
+    await expect(page.locator("#input-fields input")).to_have_count(1)
+    await expect(page.get_by_label("question")).to_be_visible()
+    await expect(page.locator("#dag .node")).to_have_count(1)

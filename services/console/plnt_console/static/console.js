@@ -230,7 +230,10 @@ function answerSteps(text) {
   return found;
 }
 
+let drawnDigest = "";
+
 async function renderPlayground(key) {
+  drawnDigest = (runs.get(key) || {}).specDigest || "";
   renderForm(null);
   renderDag(null);
   $("#workflow-note").textContent = "";
@@ -369,7 +372,10 @@ source.addEventListener("run", (e) => {
   const key = `${run.namespace}.${run.name}`;
   runs.set(key, run);
   renderRuns();
-  if (key === selected) renderStatus(key);
+  if (key !== selected) return;
+  renderStatus(key);
+  // a new generation pulled another spec: its form and DAG replace the old ones
+  if (run.specDigest && run.specDigest !== drawnDigest) renderPlayground(key);
 });
 source.addEventListener("run-removed", (e) => { runs.delete(JSON.parse(e.data).key); renderRuns(); });
 source.addEventListener("figures", (e) => onFigures(JSON.parse(e.data).figures));
