@@ -100,9 +100,12 @@ def test_the_network_policy_lets_the_console_reach_nats_and_the_router_only() ->
     assert ingress == {"ports": [{"protocol": "TCP", "port": 8081}]}  # from anywhere
 
     only = [{"namespaceSelector": {"matchLabels": {"team": "ops"}}}]
-    docs = _render({**ENABLED, "networkPolicy": {"console": {"from": only}}})
-    (ingress,) = one(docs, "NetworkPolicy", CONSOLE)["spec"]["ingress"]
+    outside = {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}], "ports": [{"port": 443}]}
+    network = {"console": {"from": only}, "extraEgress": {"console": [outside]}}
+    policy = one(_render({**ENABLED, "networkPolicy": network}), "NetworkPolicy", CONSOLE)
+    (ingress,) = policy["spec"]["ingress"]
     assert ingress["from"] == only
+    assert policy["spec"]["egress"][-1] == outside  # e.g. a routerPublicUrl outside
 
 
 def test_the_schema_refuses_an_unknown_console_value() -> None:
