@@ -8,13 +8,22 @@ import aiohttp
 import pytest
 from console_support import TOKEN, Console
 
+from plnt_common.bus.bus import message_id
 from plnt_common.errors import PlntError
+from plnt_common.events import RunSnapshot
 from plnt_common.figures import RevisionTotals, RouterFigures
 from plnt_common.projection import RunProjection, run_key
-from plnt_common.resources import CanaryStatus, ShadowExample, ShadowStatus, WorkflowRunStatus
+from plnt_common.resources import (
+    CanaryStatus,
+    ShadowExample,
+    ShadowStatus,
+    WorkflowRunSpec,
+    WorkflowRunStatus,
+)
 from plnt_common.status import Phase
-from plnt_common.subjects import router_figures_subject
+from plnt_common.subjects import event_subject, router_figures_subject
 from plnt_console.guard import check_bind
+from plnt_testkit.events import run_requested
 
 WAIT_S = 5.0
 
@@ -225,3 +234,29 @@ async def test_a_run_the_store_does_not_hold_is_answered_from_its_projection(
             assert (await response.json())["error"] == (
                 f"workflowruns {gone!r} not found in namespace 'default'"
             )
+
+
+async def test_each_saga_on_the_timeline_names_the_trace_its_events_carry(
+    console: Console,
+) -> None:
+    workflow = {"ref": "wf@1.0.0", "registry": "file:///registry"}
+    spec = WorkflowRunSpec.model_validate({"workflow": workflow, "backend": {"cluster": "local"}})
+    traces = {1: "4bf92f3577b34da6a3ce929d0e0e4736", 2: ""}  # the second saga: tracing off
+    for generation, trace in traces.items():
+        envelope = run_requested(
+            RunSnapshot(namespace="default", name="traced", generation=generation, spec=spec)
+        )
+        headers = {"Nats-Msg-Id": message_id(envelope)}
+        if trace:
+            headers["traceparent"] = f"00-{trace}-00f067aa0ba902b7-01"
+        subject = event_subject(envelope.event_type, "default", "traced")
+        await console.bus.js.publish(subject, envelope.model_dump_json().encode(), headers=headers)
+    url = f"{console.url}/api/runs/default/traced/timeline"
+    async with console.http.get(url) as response:
+        assert response.status == 200
+        sagas = (await response.json())["sagas"]
+    assert [(s["sagaId"], s["traceId"]) for s in sagas] == [
+        ("default.traced.1.1", traces[1]),
+        ("default.traced.2.1", ""),
+    ]
+    assert [row["step"] for row in sagas[0]["steps"]] == ["run.requested"]

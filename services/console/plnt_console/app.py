@@ -41,6 +41,7 @@ from plnt_console.board import Board, sse_frame
 from plnt_console.guard import check_bind, token_middleware
 from plnt_console.settings import ConsoleSettings
 from plnt_console.timeline import timeline
+from plnt_console.traces import TRACEPARENT, trace_id
 from plnt_console.workflow_view import read_pulled, workflow_view
 
 log = get_logger(__name__)
@@ -213,7 +214,7 @@ async def invoke(request: web.Request) -> web.StreamResponse:
             aiohttp.ClientSession(timeout=timeout) as http,
             http.post(endpoint, json=body, headers=headers) as upstream,
         ):
-            parent = upstream.headers.get("traceparent", "")
+            parent = upstream.headers.get(TRACEPARENT, "")
             answer = web.StreamResponse(
                 status=upstream.status,
                 headers={
@@ -229,14 +230,6 @@ async def invoke(request: web.Request) -> web.StreamResponse:
             return answer
     except aiohttp.ClientError as exc:
         return _error(502, f"cannot reach the router at {endpoint}: {exc}")
-
-
-def trace_id(traceparent: str) -> str:
-    """The trace id of a W3C ``traceparent``; "" when it holds none."""
-    parts = traceparent.strip().split("-")
-    if len(parts) != 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
-        return ""
-    return parts[1] if all(c in "0123456789abcdef" for c in parts[1]) else ""
 
 
 def _error(status: int, message: str, **extra: Any) -> web.Response:

@@ -96,7 +96,9 @@ async function renderTimeline(key) {
       grid.append(el("div", { class: "step", role: "rowheader" }, step.step), el("div", { role: "cell" }, bar),
         el("div", { role: "cell" }, facts));
     }
-    box.append(el("h4", {}, `saga ${saga.sagaId}`), grid);
+    const heading = el("h4", {}, `saga ${saga.sagaId}`);
+    if (saga.traceId) heading.append(" ", el("span", { class: "saga-trace" }, `trace id ${saga.traceId}`));
+    box.append(heading, grid);
   }
 }
 
