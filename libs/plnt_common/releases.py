@@ -176,3 +176,8 @@ class ObservedRelease(BaseModel):
     reason: str = Field(
         default="", description="Why it is not ready, when the backend can say (a Reason)."
     )
+    backend_name: str = Field(
+        default="",
+        description="The PlntBackend whose local-backend process reports it (empty in records "
+        "written before it was kept): whose start-up cleanup may remove it.",
+    )

@@ -171,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run one service in the foreground")
     serve.add_argument("service", choices=sorted(SERVICES))
+    serve.add_argument(
+        "--backend",
+        metavar="NAME",
+        help="local-backend only: serve the `local` PlntBackend NAME alone (its releases, its "
+        "own state dir); without it, every release (PLNT_LOCAL_BACKEND_BACKEND)",
+    )
 
     runner.add_parser(sub)
     publish.add_parsers(sub)
@@ -190,7 +196,7 @@ async def with_session(
 def dispatch(args: argparse.Namespace) -> int:
     command = args.command
     if command == "serve":
-        service_main(args.service)()
+        service_main(args.service, backend=args.backend)()
         return 0
     if command == "up":
         from plnt_cli.up import run_up, stack_config

@@ -1,6 +1,7 @@
 """``plnt serve NAME``: run one service in this process."""
 
 import importlib
+import os
 from collections.abc import Callable
 
 from pydantic import ValidationError
@@ -20,8 +21,19 @@ SERVICES: dict[str, str] = {
 }
 
 
-def service_main(name: str) -> Callable[[], None]:
-    """The service's entry point; a setting it refuses becomes one ``PlntError`` line."""
+BACKEND_SETTING = "PLNT_LOCAL_BACKEND_BACKEND"
+"""What ``plnt serve local-backend --backend NAME`` sets: the setting the service reads."""
+
+
+def service_main(name: str, *, backend: str | None = None) -> Callable[[], None]:
+    """The service's entry point; a setting it refuses becomes one ``PlntError`` line.
+
+    ``backend`` (``--backend``) is only for the local-backend: the PlntBackend it serves."""
+    if backend is not None:
+        if name != "local-backend":
+            raise PlntError(f"--backend is for `plnt serve local-backend`, not {name}")
+        # The flag wins over the environment; the service reads its settings from there.
+        os.environ[BACKEND_SETTING] = backend
     module = importlib.import_module(SERVICES[name])
     main: Callable[[], None] = module.main
 

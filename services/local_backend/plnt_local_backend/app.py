@@ -32,7 +32,7 @@ log = get_logger(__name__)
 async def run(settings: LocalBackendSettings, stop: asyncio.Event) -> None:
     """Supervise runners until ``stop`` is set (runners survive) or the owner pid is gone
     (runners are stopped)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
     owner_gone = asyncio.Event()
     owner_task = (
         asyncio.create_task(_watch_owner(settings.owner_pid, owner_gone))
@@ -50,7 +50,10 @@ async def run(settings: LocalBackendSettings, stop: asyncio.Event) -> None:
                 await bus.close()
         if owner_gone.is_set():
             stopped = await asyncio.to_thread(
-                stop_all_runners, settings.data_dir, grace_s=settings.stop_grace_s
+                stop_all_runners,
+                settings.state_dir,
+                grace_s=settings.stop_grace_s,
+                every_backend=False,  # its own runners only: the other backends' stay up
             )
             log.warning("local_backend.owner_gone", owner_pid=settings.owner_pid, stopped=stopped)
     finally:
@@ -69,7 +72,11 @@ async def _reconcile_until(settings: LocalBackendSettings, bus: Bus, ended: asyn
             DesiredWatch(nc=bus.nc, kv=bus.releases, sink=reconciler).run(),
             name="plnt-local-backend-desired-watch",
         )
-        log.info("local_backend.reconciling", data_dir=str(settings.data_dir))
+        log.info(
+            "local_backend.reconciling",
+            data_dir=str(settings.state_dir),
+            backend=settings.backend or "(every backend)",
+        )
         try:
             await ended.wait()
         finally:

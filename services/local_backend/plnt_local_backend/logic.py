@@ -267,7 +267,15 @@ def observed(
         restarts=restarts,
         message=message,
         reason=reason,
+        backend_name=desired.backend_name,
     )
+
+
+def serves(*, backend: str | None, backend_name: str) -> bool:
+    """Whether the process serving ``backend`` runs (or cleans up) a release installed onto
+    ``backend_name``: its own only, so no release is run by two processes; a process without
+    a backend (the single-process mode) runs every release."""
+    return backend is None or backend_name == backend
 
 
 # --- a workflow's own code -------------------------------------------------------------

@@ -3,8 +3,12 @@
 It implements the ``DesiredSink`` the desired watch feeds. On the first snapshot it
 also looks for traces of releases nobody desires any more (a release directory, an
 observed record), so a runner whose desired key was deleted while the local-backend was
-down is stopped and its traces removed. It holds no process itself; ``detach`` stops
-supervising without touching runners (the next local-backend adopts them).
+down is stopped and its traces removed. With a backend set (one process per `local`
+PlntBackend) it sees only the releases installed onto that backend: others' desired
+records count as absent, and its traces are its own release directories and the observed
+records naming its backend, so it never touches another backend's runners or records. It
+holds no process itself; ``detach`` stops supervising without touching runners (the next
+local-backend adopts them).
 """
 
 import asyncio
@@ -14,6 +18,7 @@ from collections.abc import Mapping
 
 from plnt_common.logs import get_logger
 from plnt_common.releases import DesiredRelease
+from plnt_local_backend import logic
 from plnt_local_backend.adapters.health import HealthProbe
 from plnt_local_backend.adapters.release_dir import release_dirs
 from plnt_local_backend.adapters.release_store import ReleaseStore
@@ -40,9 +45,11 @@ class Reconciler:
         self, desired: Mapping[ReleaseKey, DesiredRelease], *, unreadable: frozenset[ReleaseKey]
     ) -> None:
         """A full snapshot: start, update or tear down supervisors to match it."""
+        desired = {key: record for key, record in desired.items() if self._serves(record)}
         if not self._traces_checked:
-            traces = {d.key for d in release_dirs(self._settings.data_dir)}
-            traces |= await self._store.observed_keys()
+            traces = {d.key for d in release_dirs(self._settings.state_dir)}
+            observed = await self._store.observed_keys()
+            traces |= {key for key, owner in observed.items() if self._owns_observed(owner)}
             for key in sorted(traces - desired.keys() - unreadable):
                 log.info("release.undesired_traces", namespace=key.namespace, name=key.release)
                 self._ensure(key, None)
@@ -55,6 +62,8 @@ class Reconciler:
 
     async def apply(self, key: ReleaseKey, desired: DesiredRelease | None) -> None:
         """One release changed; None means its desired key was deleted."""
+        if desired is not None and not self._serves(desired):
+            desired = None  # another backend's: tears down only what this process runs
         current = self._supervisors.get(key)
         if desired is None and (current is None or current[1].done()):
             return
@@ -69,6 +78,13 @@ class Reconciler:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._supervisors.clear()
+
+    def _serves(self, desired: DesiredRelease) -> bool:
+        return logic.serves(backend=self._settings.backend, backend_name=desired.backend_name)
+
+    def _owns_observed(self, backend_name: str) -> bool:
+        # A record written before backend_name was kept is the single-process mode's only.
+        return logic.serves(backend=self._settings.backend, backend_name=backend_name)
 
     def _ensure(self, key: ReleaseKey, desired: DesiredRelease | None) -> None:
         current = self._supervisors.get(key)

@@ -37,6 +37,19 @@ class LocalBackendSettings(CommonSettings):
             "points it into its state dir."
         ),
     )
+    backend: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description=(
+            "The `local` PlntBackend this process serves (`plnt serve local-backend --backend "
+            "NAME`): it runs only the desired releases installed onto NAME, keeps its state in "
+            "<data_dir>/NAME/, and its start-up cleanup touches only its own releases. `plnt "
+            "up` starts one per `local` PlntBackend. Unset: the single-process mode (compose, "
+            "a hand-run stack) that runs every desired release in <data_dir>; never run it "
+            "beside processes with a backend on the same bus, or both would run a release."
+        ),
+        examples=["gpu-east"],
+    )
     runner_command: list[str] = Field(
         default_factory=_default_runner_command,
         min_length=1,
@@ -103,3 +116,8 @@ class LocalBackendSettings(CommonSettings):
         description="How often a starting runner's /healthz and a running runner's process "
         "are checked.",
     )
+
+    @property
+    def state_dir(self) -> Path:
+        """Where this process keeps releases and code environments: its backend's own dir."""
+        return self.data_dir / self.backend if self.backend else self.data_dir

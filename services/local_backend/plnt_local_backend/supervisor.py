@@ -104,9 +104,9 @@ class Supervisor:
         self._store = store
         self._probe = probe
         self._envs = envs or CodeEnvs(
-            root=settings.data_dir / "envs", pip_timeout_s=settings.pip_timeout_s
+            root=settings.state_dir / "envs", pip_timeout_s=settings.pip_timeout_s
         )
-        self._dir = ReleaseDir(data_dir=settings.data_dir, key=key)
+        self._dir = ReleaseDir(data_dir=settings.state_dir, key=key)
         self._changed = asyncio.Event()
         self._runner: _Running | None = None
         self._failure: Failure | None = None

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from plnt_common.errors import InstallFailed
 from plnt_common.logs import get_logger
-from plnt_local_backend.adapters.release_dir import read_pid_file, release_dirs
+from plnt_local_backend.adapters.release_dir import backend_dirs, read_pid_file, release_dirs
 
 log = get_logger(__name__)
 
@@ -188,8 +188,11 @@ async def wait_until_gone(pid: int, *, poll_s: float = 0.5) -> None:
         await asyncio.sleep(poll_s)
 
 
-def stop_all_runners(data_dir: Path, *, grace_s: float = 10.0) -> list[int]:
-    """Stop every runner that has a pid file under ``data_dir``; returns the pids signalled.
+def stop_all_runners(
+    data_dir: Path, *, grace_s: float = 10.0, every_backend: bool = True
+) -> list[int]:
+    """Stop every runner that has a pid file under ``data_dir`` and, with ``every_backend``,
+    under each backend's own ``<data_dir>/<backend>/``; returns the pids signalled.
 
     Blocking (call it with ``asyncio.to_thread`` from async code). For ``plnt up`` at the
     very end of its shutdown, after the local-backend exited: the local-backend leaves
@@ -198,7 +201,9 @@ def stop_all_runners(data_dir: Path, *, grace_s: float = 10.0) -> list[int]:
     still there after ``grace_s``; pid files of runners that are gone are removed, the
     rest of each release directory (logs) is kept.
     """
-    pid_files = {d.pid_file: read_pid_file(d.pid_file) for d in release_dirs(data_dir)}
+    roots = [data_dir, *(backend_dirs(data_dir) if every_backend else [])]
+    found = [d for root in roots for d in release_dirs(root)]
+    pid_files = {d.pid_file: read_pid_file(d.pid_file) for d in found}
     signalled = {
         path: pid
         for path, pid in pid_files.items()

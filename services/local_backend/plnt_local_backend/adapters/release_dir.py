@@ -128,6 +128,14 @@ def release_dirs(data_dir: Path) -> list[ReleaseDir]:
     return found
 
 
+def backend_dirs(data_dir: Path) -> list[Path]:
+    """The state dirs of the per-backend processes sharing ``data_dir``
+    (``<data_dir>/<backend>/releases/``)."""
+    if not data_dir.is_dir():
+        return []
+    return sorted(p for p in data_dir.iterdir() if (p / RELEASES_DIR).is_dir())
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)

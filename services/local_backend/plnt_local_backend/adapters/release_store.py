@@ -71,13 +71,19 @@ class ReleaseStore:
             log.warning("observed.unreadable", release=str(key), error=str(exc))
             return None
 
-    async def observed_keys(self) -> set[ReleaseKey]:
-        """Every release with an observed record (including ones nobody desires any more)."""
+    async def observed_keys(self) -> dict[ReleaseKey, str]:
+        """Every release with an observed record (including ones nobody desires any more),
+        with the ``backend_name`` its record names ("" when unreadable or not kept)."""
         try:
             stored = await kv_snapshot(self._nc, subjects.RELEASES_BUCKET, f"{OBSERVED_PREFIX}.>")
         except _TRANSIENT as exc:
             raise BusUnavailable(f"listing observed releases failed: {exc!r}") from None
-        return {key for key in map(parse_observed_key, stored) if key is not None}
+        found: dict[ReleaseKey, str] = {}
+        for raw_key, (_, value) in stored.items():
+            key = parse_observed_key(raw_key)
+            if key is not None:
+                found[key] = _backend_name(value)
+        return found
 
     async def report(self, record: ObservedRelease) -> None:
         """Write ``record`` as the observed state of its release."""
@@ -94,3 +100,10 @@ class ReleaseStore:
             await self._kv.delete(name)
         except _TRANSIENT as exc:
             raise BusUnavailable(f"deleting {name} failed: {exc!r}") from None
+
+
+def _backend_name(raw: bytes) -> str:
+    try:
+        return ObservedRelease.model_validate_json(raw).backend_name
+    except ValidationError:
+        return ""
