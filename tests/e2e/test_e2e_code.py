@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from stack_fixtures import start_stack
-from stack_support import Client, invoke, publish_spec, run_document, workflow_named
+from stack_support import BACKEND, Client, invoke, publish_spec, run_document, workflow_named
 from test_e2e_saga import EXAMPLE_BODY
 
 from plnt_cli.supervisor import Supervisor
@@ -115,7 +115,7 @@ def our_code(tag: str) -> bytes:
 
 def installs(stack: Supervisor, digest: str) -> int:
     """How often the local-backend ran pip for ``digest`` (its log line before each run)."""
-    log = (stack.log_dir / "local-backend.log").read_text(errors="replace")
+    log = (stack.log_dir / f"local-backend-{BACKEND}.log").read_text(errors="replace")
     return sum(
         1 for line in log.splitlines() if "code.requirements_installing" in line and digest in line
     )
@@ -130,7 +130,7 @@ async def said(text: str, *, timeout_s: float = 5.0) -> None:
 
 
 def release_dir(stack: Supervisor, release: str) -> Path:
-    return stack.config.data_dir / "local-backend" / "releases" / "default" / release
+    return stack.config.data_dir / "local-backend" / BACKEND / "releases" / "default" / release
 
 
 async def terminal_of(client: Client, name: str, generation: int) -> tuple[EventType, Any]:

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from stack_fixtures import start_stack
 from stack_support import (
+    BACKEND,
     Client,
     backend_document,
     invoke,
@@ -133,7 +134,7 @@ async def test_a_local_backend_killed_with_sigkill_keeps_every_runner_serving(
     name = "follow-backend-kill"
     endpoint = await deploy(client, registry, name)
     pid = await observed_pid(client, name)
-    backend = next(p for p in stack.services() if p.name == "local-backend")
+    backend = stack.local_backends()[BACKEND]
     restarts = backend.restarts
 
     os.kill(backend.pid, signal.SIGKILL)

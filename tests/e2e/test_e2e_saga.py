@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
-from stack_support import Client, invoke, publish_spec, run_document, workflow_named
+from stack_support import BACKEND, Client, invoke, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
@@ -98,7 +98,7 @@ async def test_a_canary_that_fails_every_call_rolls_back_and_the_old_revision_ke
 
 
 def runner_dirs(stack: Supervisor) -> list[Path]:
-    root = stack.config.data_dir / "local-backend" / "releases" / "default"
+    root = stack.config.data_dir / "local-backend" / BACKEND / "releases" / "default"
     return list(root.iterdir()) if root.exists() else []
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from side_effects import counting_env, side_effects
 from stack_fixtures import start_stack
-from stack_support import Client, invoke, publish_spec, run_document, workflow_named
+from stack_support import BACKEND, Client, invoke, publish_spec, run_document, workflow_named
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common import subjects
@@ -161,7 +161,9 @@ async def test_sigkill_at_every_fault_point_ends_every_saga_once_with_each_side_
     for service in {p.split(":")[0] for p in case.points}:
         # one process per service, or its replicas "<service>-1", "<service>-2"
         replicas = [
-            s for s in stack.services() if s.name.rsplit("-", 1)[0] == service or s.name == service
+            s
+            for s in stack.services()
+            if s.name.rsplit("-", 1)[0] == service or s.name in (service, f"{service}-{BACKEND}")
         ]
         assert len(replicas) == (1 if service == "local-backend" else case.replicas), service
         assert sum(s.restarts for s in replicas) >= 1, service

@@ -3,8 +3,11 @@
 A dead process (a service or a nats-server node) is restarted with exponential back-off,
 nats-server on the same store, and the restart is said on the console and in the
 process's own log; a service's log line with a ``say`` field (long work in progress) is
-said on the console too. On
-Linux each child gets a parent-death signal, so even a ``kill -9`` of ``plnt up`` leaves
+said on the console too. Each `local` PlntBackend applied to the stack gets a
+local-backend process of its own (``local-backend-<name>``, state in
+``<data>/local-backend/<name>/``), started within a tick of being applied, supervised like
+the services, and stopped once the backend is deleted and no desired release is left on
+it. On Linux each child gets a parent-death signal, so even a ``kill -9`` of ``plnt up`` leaves
 no server or service behind; runner processes follow the ``plnt up`` pid themselves.
 """
 
@@ -17,6 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from plnt_cli.local_backends import LocalBackendsWatch, backends_to_run
 from plnt_cli.said import SaidLines
 from plnt_common.bus.auth import NatsAuthSettings, connect_options
 from plnt_common.errors import BusMisconfigured
@@ -33,8 +37,10 @@ from plnt_common.processes import die_with_parent, stop_process
 from plnt_local_backend import stop_all_runners
 
 SAGA_SERVICES = ("watcher", "puller", "installer", "smoke", "promoter")
-SINGLETONS = ("local-backend", "router")
-"""One per node: the process supervisor and the router own a data dir and a port."""
+SINGLETONS = ("router",)
+"""One per node: the router owns a port. Local-backends are one per `local` PlntBackend."""
+
+LOCAL_BACKEND = "local-backend"
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 HEALTHY_AFTER_S = 30.0
@@ -155,6 +161,10 @@ class Supervisor:
             for node in ([] if config.external_nats_url else local_nats_servers(config))
         ]
         self._services: list[ManagedProcess] = []
+        self._local_backends: dict[str, ManagedProcess] = {}
+        self._service_env: dict[str, str] = {}
+        """Backend name -> its local-backend process (also in ``_services``)."""
+        self._backends_watch: LocalBackendsWatch | None = None
         self._said: list[SaidLines] = []
         """Services' log lines with a ``say`` field are said on the console too."""
         self._stopping = threading.Event()
@@ -179,7 +189,8 @@ class Supervisor:
                 # bound to loopback: open unless the user asks for keys (plnt up says so)
                 "PLNT_ROUTER_AUTH": os.environ.get("PLNT_ROUTER_AUTH", "none"),
                 "PLNT_CONSOLE_PORT": str(config.console_port),
-                "PLNT_LOCAL_BACKEND_DATA_DIR": str(config.data_dir / "local-backend"),
+                # the root: each backend's process keeps its state in <root>/<backend>/
+                "PLNT_LOCAL_BACKEND_DATA_DIR": str(config.data_dir / LOCAL_BACKEND),
                 "PLNT_LOCAL_BACKEND_OWNER_PID": str(os.getpid()),
                 "PLNT_LOG_FORMAT": "json",
                 "PYTHONUNBUFFERED": "1",
@@ -217,8 +228,58 @@ class Supervisor:
             self._said.append(SaidLines(service.log_path))
             service.start()
             self._services.append(service)
+        self._service_env = env
+        self._backends_watch = LocalBackendsWatch(self.config.nats_url)
+        self._backends_watch.start()
         self._thread = threading.Thread(target=self._watch, name="plnt-supervisor", daemon=True)
         self._thread.start()
+
+    @property
+    def local_backend_root(self) -> Path:
+        return self.config.data_dir / LOCAL_BACKEND
+
+    def local_backends(self) -> dict[str, ManagedProcess]:
+        """Backend name -> its local-backend process, as running now."""
+        with self._lock:
+            return dict(self._local_backends)
+
+    def _sync_local_backends(self) -> list[tuple[str, ManagedProcess]]:
+        """Start the process of each backend applied since; take out those to stop (the
+        caller stops them outside the lock). Called with the lock held."""
+        watch = self._backends_watch
+        if watch is None:
+            return []
+        wanted = backends_to_run(
+            applied=watch.applied(),
+            with_releases=watch.with_releases(),
+            running=self._local_backends.keys(),
+        )
+        for name in sorted(wanted - self._local_backends.keys()):
+            label = f"{LOCAL_BACKEND}-{name}"
+            process = ManagedProcess(
+                name=label,
+                argv=[sys.executable, "-m", "plnt_cli", "serve", LOCAL_BACKEND, "--backend", name],
+                env=self._service_env,
+                log_path=self.log_dir / f"{label}.log",
+            )
+            self._said.append(SaidLines(process.log_path))
+            process.start()
+            self._services.append(process)
+            self._local_backends[name] = process
+            self._say(f"{label} started for PlntBackend {name} (pid {process.pid})")
+        gone = [(n, p) for n, p in self._local_backends.items() if n not in wanted]
+        for name, process in gone:
+            del self._local_backends[name]
+            self._services.remove(process)
+        return gone
+
+    def _stop_local_backend(self, name: str, process: ManagedProcess) -> None:
+        """A deleted backend's process, then whatever runner it left (none, normally)."""
+        if process.process is not None:
+            stop_process(process.process)
+        stop_all_runners(self.local_backend_root / name, every_backend=False)
+        process.note("stopped: its PlntBackend is deleted and runs no release")
+        self._say(f"{process.name} stopped: PlntBackend {name} is deleted")
 
     def restart_nats(self, *, kill: bool = False) -> None:
         """Stop the server (SIGKILL with ``kill``) and start it again on the same store."""
@@ -257,6 +318,9 @@ class Supervisor:
                 for managed in [*self._nats, *self._services]:
                     if not managed.held:
                         self._check(managed)
+                gone = self._sync_local_backends()
+            for name, process in gone:
+                self._stop_local_backend(name, process)
             for follower in self._said:
                 for text in follower.new():
                     self._say(text)
@@ -291,6 +355,8 @@ class Supervisor:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._backends_watch is not None:
+            self._backends_watch.stop()
         with self._lock:
             for service in reversed(self._services):
                 if service.process is not None and service.process.poll() is None:
@@ -305,7 +371,7 @@ class Supervisor:
                     service.process.kill()
                     service.process.wait()
         try:
-            stop_all_runners(self.config.data_dir / "local-backend")
+            stop_all_runners(self.local_backend_root)  # every backend's runners
         finally:
             self.stop_nats()
 

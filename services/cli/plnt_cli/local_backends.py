@@ -1,0 +1,141 @@
+"""Which `local` PlntBackends ``plnt up`` runs a local-backend process for, kept live.
+
+``LocalBackendsWatch`` follows two KV buckets in a thread of its own (the supervisor's loop
+is synchronous): the PlntBackends in ``plnt-resources`` and the desired releases in
+``plnt-releases``. A KV watch rather than a periodic listing: an applied backend gets its
+process as soon as the supervisor's next tick (0.2 s) sees it, and a quiet stack costs
+nothing. ``backends_to_run`` decides; this module starts no process.
+"""
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Collection, Mapping
+
+from nats.js.kv import KeyValue
+
+from plnt_common import subjects
+from plnt_common.bus.connection import connect
+from plnt_common.bus.kv_mirror import KvMirror
+from plnt_common.logs import get_logger
+from plnt_common.releases import DESIRED_PREFIX
+from plnt_common.resource_store import CLUSTER_SCOPE, PLURALS
+
+log = get_logger(__name__)
+
+BACKEND_KEYS = f"{PLURALS['PlntBackend']}.{CLUSTER_SCOPE}.*"
+
+
+def backends_to_run(
+    *, applied: Collection[str], with_releases: Collection[str], running: Collection[str]
+) -> set[str]:
+    """Every applied `local` PlntBackend, and a deleted one still running while a desired
+    release remains on it (its runners are torn down by its own process first)."""
+    return set(applied) | (set(running) & set(with_releases))
+
+
+class LocalBackendsWatch:
+    """The applied `local` PlntBackends and the backends that have desired releases."""
+
+    def __init__(self, nats_url: str) -> None:
+        self._nats_url = nats_url
+        self._backends: dict[str, bool] = {}
+        """Name -> whether it is a live `local` PlntBackend (not another type, not deleting)."""
+        self._releases: dict[str, str] = {}
+        """Desired key -> the backend_name it names."""
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=self._run, name="plnt-local-backends", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._cancel)
+            self._thread.join(timeout=5)
+
+    def applied(self) -> set[str]:
+        with self._lock:
+            return {name for name, local in self._backends.items() if local}
+
+    def with_releases(self) -> set[str]:
+        with self._lock:
+            return set(self._releases.values())
+
+    def _cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def _run(self) -> None:
+        self._task = self._loop.create_task(self._follow())
+        with contextlib.suppress(asyncio.CancelledError):
+            self._loop.run_until_complete(self._task)
+        self._loop.close()
+
+    async def _follow(self) -> None:
+        nc = await connect(self._nats_url, name="plnt-up-local-backends", retry_on_start=True)
+        backends = KvMirror[bool](
+            nc=nc,
+            bucket=subjects.RESOURCES_BUCKET,
+            keys=BACKEND_KEYS,
+            decode=_is_local_backend,
+            replace_all=self._replace_backends,
+            apply=self._apply_backend,
+            log_as="up.backends",
+        )
+        releases = KvMirror[str](
+            nc=nc,
+            bucket=subjects.RELEASES_BUCKET,
+            keys=f"{DESIRED_PREFIX}.>",
+            decode=_backend_name,
+            replace_all=self._replace_releases,
+            apply=self._apply_release,
+            log_as="up.releases",
+        )
+        try:
+            await asyncio.gather(backends.run(), releases.run())
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    async def _replace_backends(self, loaded: Mapping[str, bool]) -> None:
+        with self._lock:
+            self._backends = {key.rsplit(".", 1)[-1]: local for key, local in loaded.items()}
+
+    async def _apply_backend(self, key: str, local: bool | None) -> None:
+        with self._lock:
+            self._backends[key.rsplit(".", 1)[-1]] = bool(local)
+
+    async def _replace_releases(self, loaded: Mapping[str, str]) -> None:
+        with self._lock:
+            self._releases = dict(loaded)
+
+    async def _apply_release(self, key: str, backend_name: str | None) -> None:
+        with self._lock:
+            if backend_name is None:
+                self._releases.pop(key, None)
+            else:
+                self._releases[key] = backend_name
+
+
+def _is_local_backend(entry: KeyValue.Entry) -> bool:
+    """Whether the stored PlntBackend is a live `local` one; a body that does not parse is not."""
+    try:
+        body = json.loads(entry.value or b"")
+        deleting = bool(body["metadata"].get("deletionTimestamp"))
+        return body["spec"].get("type") == "local" and not deleting
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.warning("up.backend_unreadable", key=entry.key)
+        return False
+
+
+def _backend_name(entry: KeyValue.Entry) -> str | None:
+    """The backend a desired release names; "" (no process of a backend runs it) when unread."""
+    try:
+        name = json.loads(entry.value or b"").get("backend_name", "")
+    except (ValueError, AttributeError):
+        return ""
+    return str(name or "")
