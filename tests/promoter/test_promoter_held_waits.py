@@ -26,6 +26,7 @@ from held_kit import (
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
+from plnt_common.bus.saga import advance_latest_saga
 from plnt_common.events import EventType
 from plnt_promoter import held_window
 from plnt_promoter.adapters.route_table import RouteTable
@@ -240,3 +241,43 @@ async def test_a_failing_canary_is_caught_at_the_next_check_not_at_the_steps_end
         "canary errors 20 of 20 calls exceed maxErrorPercent 1" in failed.data["figures"]["reason"]
     )
     assert seen.count(name)[EventType.ANALYSIS_PASSED] == 0
+
+
+async def test_a_newer_generation_ends_a_held_step_at_its_next_check_once(
+    bus: Bus, nats_url: str
+) -> None:
+    figures, name = SetFigures(), "superseded-step"
+    async with published(bus) as seen, promoter(nats_url, figures, check_s=CHECK_S):
+        await stepping_held(bus, name)
+        await advance_latest_saga(bus, NS, name, f"{NS}.{name}.3.1")  # the watcher's step
+        superseded = asyncio.get_running_loop().time()
+        ended = await until(
+            lambda: gone(bus, name, STEP), timeout_s=5, what="the held step's window deleted"
+        )
+        await settled(bus)
+    assert ended - superseded < CHECK_S + SLACK_S
+    (restored,) = seen.of(name, EventType.ROUTE_RESTORED)
+    assert (restored.sagaid, restored.data["reason"]) == (saga_of(name), "Superseded")
+    assert not VERDICTS & set(seen.count(name))
+
+
+async def test_a_rollback_during_the_guard_reverts_at_once_and_ends_the_guard_at_its_next_check(
+    bus: Bus, nats_url: str
+) -> None:
+    figures, name = SetFigures(), "rolled-back-guard"
+    await ready_guarded(bus, name, {"window": "30s", "maxErrorPercent": 2})
+    async with published(bus) as seen, promoter(nats_url, figures, check_s=CHECK_S):
+        await window_taken(bus, name, held_window.GUARD)
+        await request(bus, name, EventType.ROLLBACK_REQUESTED)
+        asked = asyncio.get_running_loop().time()
+        reverted = await until(
+            lambda: seen.of(name, EventType.RUN_REVERTED), timeout_s=5, what="the revert"
+        )
+        ended = await until(
+            lambda: gone(bus, name, held_window.GUARD), timeout_s=5, what="the guard ended"
+        )
+        await settled(bus)
+    assert reverted - asked < CHECK_S + SLACK_S
+    assert ended - asked < CHECK_S + SLACK_S
+    (only,) = seen.of(name, EventType.RUN_REVERTED)
+    assert only.data["reason"] == "RollbackRequested"

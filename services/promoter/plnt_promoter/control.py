@@ -1,9 +1,9 @@
 """Operator requests: the manual gate, ``promote.requested`` and ``abort.requested``.
 
 A held step (``step_hold``) is deferred between its checks, so a request for that run is
-delivered meanwhile and answers at once. Each check also reads the saga's latest request
-from the stream (``ending_request``) and ends the step with its answer, whichever of the
-two comes first; the other finds the saga answered and does nothing more.
+delivered meanwhile and answers at once; the step's next check finds the canary out of
+the route (or the saga ended) and ends the hold. A shadow phase's check reads the saga's
+latest request from the stream (``ending_request``) and ends the phase with its answer.
 """
 
 from collections.abc import Awaitable, Callable

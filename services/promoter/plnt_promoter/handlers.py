@@ -311,11 +311,6 @@ class PromoterHandlers:
             await end_wait()
             return
         assert entry is not None
-        request = await self._control.ending_request(event)
-        if request is not None:
-            await self._control.end_held_step(event, request, data.canary)
-            await end_wait()
-            return
         reading, problem = await self._read_figures(event)
         check = check_step(
             window=stored,

@@ -6,8 +6,8 @@ next check (``next_check_s``), so a held step takes none of the consumer's slots
 window starts at the step's first reading of the figures; its start and that reading
 (the baseline) are stored (``held_window``), so a check after a restart resumes the same
 window. Readings that fail are tried again at the next check; a step with no reading for
-its whole hold fails. An operator's abort or ``promote --full`` ends the hold at the next
-check (``control``).
+its whole hold fails. An operator's abort or ``promote --full`` is answered by its own
+delivery meanwhile (``control``), and the next check finds it and ends the hold.
 """
 
 from collections.abc import Mapping
