@@ -27,9 +27,9 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -47,6 +47,8 @@ class ReceivedRequest:
 
     body: dict[str, Any]
     authorization: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Every request header, names in lower case."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -188,7 +190,9 @@ class FakeLLM:
             body = await request.json()
         except ValueError:
             return _error(400, "invalid_request_error", "body is not JSON")
-        self.received.append(ReceivedRequest(body, request.headers.get("Authorization", "")))
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        authorization = request.headers.get("Authorization", "")
+        self.received.append(ReceivedRequest(body, authorization, headers))
         refused = self._unauthorized(request)
         if refused is not None:
             return refused

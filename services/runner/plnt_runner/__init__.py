@@ -15,6 +15,11 @@ so an image's own ``__main__`` can do its set-up and then serve::
         configure_my_clients()
         plnt_runner.serve()
 
+Tool authors: ``plnt_runner.is_shadow()`` is true while the current call is a shadow call
+(``x-plnt-shadow: 1``: a copy of a live call sent to a candidate, whose side-effect tools
+answer their ``dryRun`` instead of running), and ``plnt_runner.outbound_headers()`` is what
+a tool adds to any call it makes (``{"x-plnt-shadow": "1"}`` then, ``{}`` otherwise).
+
 Layers: ``executor``, ``tools``, ``cache``, ``admission``, ``prompts``, ``heuristics`` and
 ``offline`` do no I/O; ``code_tools`` imports and calls the workflow's own functions;
 ``adapters`` talk to the network and NVML; ``handlers`` and ``app`` speak HTTP and wire the
@@ -23,5 +28,14 @@ parts.
 
 from plnt_runner.app import create_app, main, serve, serve_app
 from plnt_runner.settings import RunnerSettings
+from plnt_runner.shadow import is_shadow, outbound_headers
 
-__all__ = ["RunnerSettings", "create_app", "main", "serve", "serve_app"]
+__all__ = [
+    "RunnerSettings",
+    "create_app",
+    "is_shadow",
+    "main",
+    "outbound_headers",
+    "serve",
+    "serve_app",
+]

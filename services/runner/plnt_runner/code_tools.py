@@ -13,7 +13,11 @@ past the tool's ``timeout`` (or the runner's step timeout, if shorter) the step 
 timed out; a thread still running then is left to finish, as Python cannot stop one. A
 raise fails the step with the exception's type and message; the traceback goes to the
 runner's log, never to callers. A tool with ``sideEffects: true`` is never cached (the
-executor retries nothing, so it is never retried either).
+executor retries nothing, so it is never retried either), and in a shadow call it is not
+called at all: the step answers its ``dryRun``. A tool that calls another service adds
+``plnt_runner.outbound_headers()`` to that call (``x-plnt-shadow: 1`` in a shadow call);
+``plnt_runner.is_shadow()`` says whether the current call is one. Both read a context
+variable that ``asyncio.to_thread`` copies, so plain functions see it too.
 """
 
 import asyncio
@@ -77,7 +81,13 @@ class _CodeTool:
         self.is_async = inspect.iscoroutinefunction(function)
 
     def as_tool(self) -> Tool:
-        return Tool(name=self.spec.name, run=self.run, cacheable=not self.spec.side_effects)
+        return Tool(
+            name=self.spec.name,
+            run=self.run,
+            cacheable=not self.spec.side_effects,
+            side_effects=self.spec.side_effects,
+            dry_run=self.spec.dry_run,
+        )
 
     async def run(self, step: StepInput, ctx: ToolContext) -> Any:
         argument = {"input": step["input"], "steps": dict(step["steps"]), "with": step["with"]}

@@ -6,10 +6,17 @@ config}``. The first failing step fails the invocation with ``StepFailed`` namin
 every other running step is cancelled. Outputs of cacheable tools are memoised in a
 ``StepCache`` keyed by (spec digest, step id, canonical JSON of the step input).
 
+A side-effect tool (``sideEffects: true``, ``http.request``) is never cached; its calls are
+noted in the invocation's ``EffectLog`` when the caller keeps one, and in a shadow call it
+is not run at all: the step answers the tool's ``dry_run`` output. The invocation's
+shadow flag is set for the steps' tasks and threads (``plnt_runner.shadow``), so the calls
+they make carry ``x-plnt-shadow``.
+
 What this module is not: it does not speak HTTP, pick tools, or shape the response body.
 """
 
 import asyncio
+import copy
 import hashlib
 import json
 import time
@@ -27,7 +34,10 @@ from plnt_common.logs import get_logger
 from plnt_common.metrics import STEP_DURATION
 from plnt_common.workflow import Reply, Step, Workflow, topological_order
 from plnt_runner.cache import StepCache
+from plnt_runner.effects import EffectLog
 from plnt_runner.errors import StepFailed
+from plnt_runner.metrics import DRY_RUNS
+from plnt_runner.shadow import invocation_scope
 from plnt_runner.tools import Tool, ToolContext, json_path
 from plnt_runner.usage import TokenUsage
 
@@ -46,6 +56,8 @@ class StepFinished:
     cached: bool
     usage: TokenUsage = field(default_factory=TokenUsage)
     """Tokens this run of the step spent: none when served from the cache."""
+    dry_run: bool = False
+    """A side-effect tool not run (a shadow call): ``output`` is the tool's dry-run answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +90,11 @@ class _Plan:
     """What the executor precomputes per step so that running one costs next to nothing."""
 
     __slots__ = (
+        "cacheable",
         "config",
         "config_json",
         "dependents",
+        "dry_runs",
         "hist_error",
         "hist_ok",
         "span_attributes",
@@ -96,6 +110,10 @@ class _Plan:
         self.step = step
         self.tool = tool
         self.timeout_s = timeout_s
+        # A side-effect step skipped from the cache would silently not act (or, dry, would
+        # store its dry answer): never cached, whatever the tool says.
+        self.cacheable = tool.cacheable and not tool.side_effects
+        self.dry_runs = DRY_RUNS.labels(workflow, step.tool)
         self.config = dict(step.with_)
         self.config_json = canonical_json(self.config)
         self.dependents = dependents
@@ -168,16 +186,26 @@ class Executor:
         return list(self._order)
 
     async def run(
-        self, body: Mapping[str, Any], *, on_event: EventSink | None = None
+        self,
+        body: Mapping[str, Any],
+        *,
+        on_event: EventSink | None = None,
+        shadow: bool = False,
+        effects: EffectLog | None = None,
     ) -> Invocation:
         """Execute every step once for ``body``.
+
+        ``shadow``: a shadow call, whose side-effect tools answer their dry run instead of
+        running. ``effects`` receives each side-effect call (executed, or intended in a
+        shadow call) in the order they start, also when a step fails.
 
         Raises ``StepFailed`` naming the first step that failed (the others are cancelled).
         Cancelling ``run`` cancels every running step.
         """
         started = time.perf_counter()
-        run = _Run(self, body, on_event)
-        await run.execute()
+        run = _Run(self, body, on_event, shadow=shadow, effects=effects)
+        with invocation_scope(shadow=shadow):  # the step tasks copy it when created
+            await run.execute()
         results = {step_id: run.results[step_id] for step_id in self._order}
         return Invocation(steps=results, duration_ms=(time.perf_counter() - started) * 1000)
 
@@ -185,10 +213,20 @@ class Executor:
 class _Run:
     """The state of one invocation."""
 
-    def __init__(self, executor: Executor, body: Mapping[str, Any], on_event: EventSink | None):
+    def __init__(
+        self,
+        executor: Executor,
+        body: Mapping[str, Any],
+        on_event: EventSink | None,
+        *,
+        shadow: bool,
+        effects: EffectLog | None,
+    ) -> None:
         self.ex = executor
         self.body = body
         self.on_event = on_event
+        self.shadow = shadow
+        self.effects = effects
         self.results: dict[str, StepFinished] = {}
         self.waiting = {sid: len(p.step.deps) for sid, p in executor._plans.items()}
         self._body_json: bytes | None = None
@@ -254,8 +292,28 @@ class _Run:
             "with": plan.config,
         }
         started = time.perf_counter()
+        if plan.tool.side_effects:
+            intent = (
+                self.effects.record(tool=step.tool, tool_input=step_input)
+                if self.effects is not None
+                else None
+            )
+            if self.shadow:
+                plan.dry_runs.inc()
+                log.debug(
+                    "dry_run",
+                    step=step_id,
+                    tool=step.tool,
+                    input_sha256=intent.input_sha256 if intent else None,
+                )
+                elapsed = time.perf_counter() - started
+                plan.hist_ok.observe(elapsed)
+                output = copy.deepcopy(plan.tool.dry_run)  # later steps may change theirs
+                return StepFinished(
+                    step_id, step.tool, output, elapsed * 1000, cached=False, dry_run=True
+                )
         key = ""
-        cache = self.ex._cache if plan.tool.cacheable else None
+        cache = self.ex._cache if plan.cacheable else None
         if cache is not None:
             key = self._cache_key(plan, step_input["steps"])
             hit, output = cache.get(key)

@@ -2,6 +2,13 @@
 
 They decode the request, take an admission slot, call the executor and encode what it
 returns; every error is JSON with a clear message. They decide nothing about the workflow.
+
+A call with ``x-plnt-shadow: 1`` is a shadow call (side-effect tools answer their dry run);
+one with it or with ``x-plnt-effects: 1`` is answered with ``x-plnt-effects``, the JSON list
+of its side-effect calls (``plnt_runner.effects``). An SSE answer's headers leave before the
+calls are known: there the list is the ``effects`` field of the final ``result`` or
+``error`` event. Calls beyond the list's cap are counted in ``x-plnt-effects-dropped``
+(SSE: ``effects_dropped``), sent only when some were.
 """
 
 import asyncio
@@ -18,8 +25,15 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from plnt_common import tracing
 from plnt_common.admission import Saturated
 from plnt_common.logs import get_logger
+from plnt_common.shadow_pairs import (
+    EFFECTS_REQUEST_HEADER,
+    EFFECTS_RESPONSE_HEADER,
+    SHADOW_HEADER,
+)
+from plnt_runner.effects import EffectLog
 from plnt_runner.errors import StepFailed
 from plnt_runner.executor import Event, Executor, Invocation, StepFinished
+from plnt_runner.metrics import SHADOW_CALLS
 from plnt_runner.response import (
     error_body,
     invocation_body,
@@ -27,6 +41,7 @@ from plnt_runner.response import (
     step_event,
     token_event,
 )
+from plnt_runner.shadow import flag_set
 from plnt_runner.state import RunnerState
 
 STATE = web.AppKey("plnt_runner_state", RunnerState)
@@ -38,9 +53,43 @@ COST_HEADER = "x-plnt-cost-usd"
 DRAINING_HEADER = "x-plnt-draining"
 """On the 503 a stopping runner answers a new request with: that call was not run."""
 RETRY_AFTER_S = 1
+EFFECTS_DROPPED_HEADER = "x-plnt-effects-dropped"
+"""Side-effect calls left out of ``x-plnt-effects`` (over its cap); absent when none were."""
 """Retry-After on 429: invocations take about a second, so a slot frees up within one."""
 
 log = get_logger("plnt.runner.http")
+
+
+class CallMode:
+    """What the caller asked of this invocation beyond its body: a shadow call, a list of
+    side-effect calls in the answer."""
+
+    __slots__ = ("effects", "shadow")
+
+    def __init__(self, request: web.Request) -> None:
+        self.shadow = flag_set(request.headers.get(SHADOW_HEADER))
+        wants_effects = self.shadow or flag_set(request.headers.get(EFFECTS_REQUEST_HEADER))
+        self.effects = EffectLog() if wants_effects else None
+
+    def headers(self) -> dict[str, str]:
+        """The ``x-plnt-effects`` answer headers; none when they were not asked for."""
+        if self.effects is None:
+            return {}
+        headers = {EFFECTS_RESPONSE_HEADER: self.effects.header_value()}
+        if self.effects.dropped:
+            headers[EFFECTS_DROPPED_HEADER] = str(self.effects.dropped)
+        return headers
+
+    def event_fields(self) -> dict[str, Any]:
+        """The same, as fields of the SSE ``result`` or ``error`` event."""
+        if self.effects is None:
+            return {}
+        fields: dict[str, Any] = {"effects": self.effects.as_list()}
+        if self.effects.dropped:
+            fields["effects_dropped"] = self.effects.dropped
+        return fields
+
+
 _TRACER = tracing.tracer("plnt.runner")
 _TRACEPARENT = web.RequestKey("plnt_traceparent", str)
 """The ``traceparent`` the answer carries (set before an SSE answer starts)."""
@@ -163,14 +212,15 @@ async def _invoke(request: web.Request) -> web.StreamResponse:
     if mismatch is not None:  # before any step runs: a bad body costs no LLM call
         state.record(status="invalid", seconds=None)
         return _error(422, "InputInvalid", mismatch)
+    mode = CallMode(request)
     started = time.perf_counter()
     try:
         async with state.admission.slot():
             if "text/event-stream" in request.headers.get("Accept", ""):
-                return await _invoke_sse(request, state, executor, body, started)
-            return await _invoke_json(state, executor, body, started)
+                return await _invoke_sse(request, state, executor, body, started, mode)
+            return await _invoke_json(state, executor, body, started, mode)
     except Saturated:
-        state.record(status="rejected", seconds=None)
+        _record(state, mode, status="rejected", seconds=None)
         response = _error(
             429,
             "Saturated",
@@ -182,15 +232,21 @@ async def _invoke(request: web.Request) -> web.StreamResponse:
 
 
 async def _invoke_json(
-    state: RunnerState, executor: Executor, body: dict[str, Any], started: float
+    state: RunnerState,
+    executor: Executor,
+    body: dict[str, Any],
+    started: float,
+    mode: CallMode,
 ) -> web.Response:
     try:
-        invocation = await executor.run(body)
+        invocation = await executor.run(body, shadow=mode.shadow, effects=mode.effects)
     except StepFailed as exc:
-        state.record(status="error", seconds=time.perf_counter() - started)
+        _record(state, mode, status="error", seconds=time.perf_counter() - started)
         log.warning("invocation_failed", step=exc.step, tool=exc.tool, cause=exc.cause)
-        return _error(500, exc.reason, str(exc), step=exc.step)
-    state.record(status="ok", seconds=time.perf_counter() - started)
+        response = _error(500, exc.reason, str(exc), step=exc.step)
+        response.headers.update(mode.headers())  # the calls made before the failure
+        return response
+    _record(state, mode, status="ok", seconds=time.perf_counter() - started)
     usage = invocation_usage(invocation)
     cost = state.record_spend(usage)
     return web.json_response(
@@ -198,6 +254,7 @@ async def _invoke_json(
         headers={
             TOKENS_HEADER: f"{usage.prompt_tokens},{usage.completion_tokens}",
             COST_HEADER: repr(cost),
+            **mode.headers(),
         },
     )
 
@@ -208,6 +265,7 @@ async def _invoke_sse(
     executor: Executor,
     body: dict[str, Any],
     started: float,
+    mode: CallMode,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={
@@ -221,7 +279,9 @@ async def _invoke_sse(
     await response.prepare(request)
     # The executor calls back synchronously; a queue lets this task write at its own pace.
     events: asyncio.Queue[Event | None] = asyncio.Queue()
-    run = asyncio.create_task(executor.run(body, on_event=events.put_nowait))
+    run = asyncio.create_task(
+        executor.run(body, on_event=events.put_nowait, shadow=mode.shadow, effects=mode.effects)
+    )
     run.add_done_callback(lambda _: events.put_nowait(None))
     try:
         while (event := await events.get()) is not None:
@@ -232,22 +292,19 @@ async def _invoke_sse(
         try:
             invocation = run.result()
         except StepFailed as exc:
-            state.record(status="error", seconds=time.perf_counter() - started)
+            _record(state, mode, status="error", seconds=time.perf_counter() - started)
             log.warning("invocation_failed", step=exc.step, tool=exc.tool, cause=exc.cause)
-            await response.write(
-                _sse(
-                    "error",
-                    error_body(status=500, reason=exc.reason, message=str(exc), step=exc.step),
-                )
-            )
+            failure = error_body(status=500, reason=exc.reason, message=str(exc), step=exc.step)
+            await response.write(_sse("error", {**failure, **mode.event_fields()}))
         else:
-            state.record(status="ok", seconds=time.perf_counter() - started)
+            _record(state, mode, status="ok", seconds=time.perf_counter() - started)
             # The headers left before the tokens were known: counted here, not by the router.
             state.record_spend(invocation_usage(invocation))
-            await response.write(_sse("result", _result(state, executor, invocation)))
+            result = _result(state, executor, invocation)
+            await response.write(_sse("result", {**result, **mode.event_fields()}))
         await response.write_eof()
     except ConnectionResetError:
-        state.record(status="disconnected", seconds=time.perf_counter() - started)
+        _record(state, mode, status="disconnected", seconds=time.perf_counter() - started)
         log.info("sse_client_disconnected")
     finally:
         if not run.done():
@@ -310,6 +367,13 @@ def _decode(raw: bytes) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(value, dict):
         return None, f"body must be a JSON object, got {type(value).__name__}"
     return value, ""
+
+
+def _record(state: RunnerState, mode: CallMode, *, status: str, seconds: float | None) -> None:
+    """``state.record``, and a shadow call counted apart too."""
+    state.record(status=status, seconds=seconds)
+    if mode.shadow:
+        SHADOW_CALLS.labels(state.name, state.settings.revision, status).inc()
 
 
 def _result(state: RunnerState, executor: Executor, invocation: Invocation) -> dict[str, Any]:

@@ -51,13 +51,17 @@ def invocation_usage(invocation: Invocation) -> TokenUsage:
 
 
 def step_body(result: StepFinished) -> dict[str, Any]:
-    """One step's entry in ``steps`` (and the data of an SSE ``step`` event, with ids)."""
-    return {
+    """One step's entry in ``steps`` (and the data of an SSE ``step`` event, with ids);
+    ``dry_run: true`` marks a side-effect step a shadow call did not run."""
+    body: dict[str, Any] = {
         "output": result.output,
         "duration_ms": round(result.duration_ms, 3),
         "cached": result.cached,
         "usage": result.usage.as_dict(),
     }
+    if result.dry_run:
+        body["dry_run"] = True
+    return body
 
 
 def reply_text(invocation: Invocation, reply: Reply) -> str | None:

@@ -7,9 +7,10 @@ a JSON-able output. The LLM tools render the step's ``system`` and ``prompt`` te
 (``plnt_runner.prompts``); a step that asks for JSON (``llm.chat``'s ``output``, and
 ``llm.classify`` and ``policy.moderate`` by construction) gets its answer validated against
 the JSON Schema, asked once more quoting the error, and otherwise fails naming the JSON path.
-The LLM tools have no side effects and are cacheable; ``http.request`` has side effects and
-never is. Which step runs when, caching and timeouts belong to the executor, not here; the
-workflow's own code tools are in ``plnt_runner.code_tools``.
+The LLM tools have no side effects and are cacheable; ``http.request`` has side effects: it
+is never cached, and in a shadow call it sends nothing and answers ``HTTP_DRY_RUN``. Which
+step runs when, caching, timeouts and the shadow dry run belong to the executor, not here;
+the workflow's own code tools are in ``plnt_runner.code_tools``.
 """
 
 import json
@@ -46,11 +47,19 @@ class ToolContext:
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """A named tool: how to run it, and whether its outputs may be cached."""
+    """A named tool: how to run it, whether its outputs may be cached, and whether it acts on
+    the world (then never cached, and not run in a shadow call: ``dry_run`` answers)."""
 
     name: str
     run: Callable[[StepInput, ToolContext], Awaitable[Any]]
     cacheable: bool
+    side_effects: bool = False
+    dry_run: Any = None
+    """The step's output in a shadow call, instead of running a side-effect tool."""
+
+
+HTTP_DRY_RUN = {"status": 0, "dryRun": True}
+"""What ``http.request`` answers in a shadow call, where it sends nothing."""
 
 
 def build_tools(
@@ -74,7 +83,13 @@ def build_tools(
         "llm.generate": Tool(name="llm.generate", run=llm_tools.generate, cacheable=True),
         "policy.moderate": Tool(name="policy.moderate", run=llm_tools.moderate, cacheable=True),
         # Side effects: a cached POST would silently not happen, so never cache it.
-        "http.request": Tool(name="http.request", run=_HttpTool(http).run, cacheable=False),
+        "http.request": Tool(
+            name="http.request",
+            run=_HttpTool(http).run,
+            cacheable=False,
+            side_effects=True,
+            dry_run=HTTP_DRY_RUN,
+        ),
     }
 
 

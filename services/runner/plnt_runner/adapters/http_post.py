@@ -2,7 +2,9 @@
 
 Sends the payload, returns the body (parsed JSON when the server says it is JSON), and
 turns every non-2xx answer, timeout and connection error into ``HttpStepFailed``. It does
-not retry: a POST may have side effects.
+not retry: a POST may have side effects. (A shadow call never reaches it: the executor
+answers ``http.request``'s dry run there; the shadow header is added all the same, so no
+call made for a shadow invocation goes out without it.)
 """
 
 import json
@@ -11,6 +13,7 @@ from typing import Any
 import aiohttp
 
 from plnt_runner.errors import HttpStepFailed
+from plnt_runner.shadow import outbound_headers
 
 _ERROR_SNIPPET = 300
 
@@ -26,7 +29,9 @@ class AiohttpPoster:
     async def post_json(self, *, url: str, payload: Any) -> Any:
         """The response body: JSON-decoded when its content type is JSON, else the text."""
         try:
-            async with self._session.post(url, json=payload, timeout=self._timeout) as response:
+            async with self._session.post(
+                url, json=payload, headers=outbound_headers(), timeout=self._timeout
+            ) as response:
                 text = await response.text(errors="replace")
                 if not 200 <= response.status < 300:
                     detail = text[:_ERROR_SNIPPET].strip()

@@ -3,6 +3,7 @@
 Works with OpenAI, vLLM, Ollama, LiteLLM and anything that speaks the same wire format,
 plain and streamed (server-sent ``data:`` lines ending in ``data: [DONE]``). It does not
 retry: a failure surfaces at once as ``LLMUnavailable`` naming the URL and the status.
+A shadow call's requests carry ``x-plnt-shadow: 1``, so a gateway can meter them apart.
 """
 
 import asyncio
@@ -15,6 +16,7 @@ import aiohttp
 from plnt_common import tracing
 from plnt_runner.errors import LLMUnavailable
 from plnt_runner.ports import DEFAULT_OPTIONS, CallOptions, Message
+from plnt_runner.shadow import outbound_headers
 from plnt_runner.usage import TokenUsage
 
 _ERROR_SNIPPET = 300
@@ -83,7 +85,7 @@ class OpenAIChatProvider:
         payload = self._payload(messages, options)
         try:
             async with self._session.post(
-                self._url, json=payload, headers=self._headers, timeout=self._timeout
+                self._url, json=payload, headers=self._request_headers(), timeout=self._timeout
             ) as response:
                 await self._raise_for_status(response)
                 body = await response.json(content_type=None)
@@ -126,7 +128,7 @@ class OpenAIChatProvider:
         deltas: list[str] = []
         try:
             async with self._session.post(
-                self._url, json=payload, headers=self._headers, timeout=self._timeout
+                self._url, json=payload, headers=self._request_headers(), timeout=self._timeout
             ) as response:
                 await self._raise_for_status(response)
                 async for raw in response.content:
@@ -153,6 +155,10 @@ class OpenAIChatProvider:
         if not finished:
             raise LLMUnavailable(f"LLM stream from {self._url} ended before [DONE]")
         _add_usage(usage, reported=reported, messages=messages, text="".join(deltas))
+
+    def _request_headers(self) -> dict[str, str]:
+        """The key, and the current invocation's ``x-plnt-shadow`` when it is a shadow call."""
+        return {**self._headers, **outbound_headers()}
 
     async def _raise_for_status(self, response: aiohttp.ClientResponse) -> None:
         if 200 <= response.status < 300:
