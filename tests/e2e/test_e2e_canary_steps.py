@@ -281,7 +281,8 @@ async def test_replay_rebuilds_the_projection_of_stepped_rollouts(
 
 
 SLOW_TO_RECOVER = {"promoter"}
-"""A held step's message comes back only after the consumer's 30 s ack wait."""
+"""A promoter killed during a step's check: that check's message comes back only after the
+consumer's 30 s ack wait (a check between two is a delayed redelivery and resumes at once)."""
 QUICK_KILLS = {"promoter", "router"}
 """In the default suite: the two services a held step depends on; the rest are slow."""
 
