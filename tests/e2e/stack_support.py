@@ -16,6 +16,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
 from plnt_cli.commands import Session, replay
+from plnt_cli.supervisor import ManagedProcess, Supervisor
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_events
@@ -87,6 +88,19 @@ def run_document(
             },
         },
     }
+
+
+async def service_process(
+    stack: Supervisor, service: str, *, within_s: float = 10.0
+) -> ManagedProcess:
+    """The process of ``service``; for "local-backend", the one of ``BACKEND``, which
+    ``plnt up`` starts a moment after the backend is applied."""
+    names = (service, f"{service}-{BACKEND}")
+    deadline = time.monotonic() + within_s
+    while not (found := [p for p in stack.services() if p.name in names and p.pid]):
+        assert time.monotonic() < deadline, f"no {service} process within {within_s:g}s"
+        await asyncio.sleep(0.05)
+    return found[0]
 
 
 def backend_document() -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from canary_load import Load, parking_only_upstream
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
-from stack_support import BACKEND, Client, publish_spec, run_document, workflow_named
+from stack_support import Client, publish_spec, run_document, service_process, workflow_named
 
 from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
@@ -308,7 +308,7 @@ async def test_a_service_killed_while_progressing_still_ends_the_saga_once_in_it
     name = f"steps-kill-{service}"
     document = await ready_stable(client, registry, name)
     endpoint = (await client.status(name))["endpoint"]
-    target = next(p for p in stack.services() if p.name in (service, f"{service}-{BACKEND}"))
+    target = await service_process(stack, service)
     load = Load(endpoint, concurrency=2, pause_s=0.02)
     async with load.running():
         await client.apply(stepped(document, [20, 50], "5s", minInvocations=5))

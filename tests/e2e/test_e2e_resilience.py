@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from stack_support import (
-    BACKEND,
     Client,
     delayed_endpoint,
     invoke,
     publish_spec,
     run_document,
+    service_process,
     workflow_named,
 )
 
@@ -76,7 +76,7 @@ async def test_a_service_killed_right_after_apply_is_restarted_and_its_backlog_c
     tests/faults/test_faults_crash_in_step.py."""
     name = f"killed-{service}"
     publish_spec(registry, workflow_named(name))
-    target = next(p for p in stack.services() if p.name in (service, f"{service}-{BACKEND}"))
+    target = await service_process(stack, service)
     await client.apply(run_document(name, registry=registry))
     os.kill(target.pid, signal.SIGKILL)
 
