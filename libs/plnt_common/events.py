@@ -78,6 +78,8 @@ class EventType(StrEnum):
     """An operator asked for the kept previous revision back (`plnt rollback`)."""
     RUN_REVERTED = "run.reverted"
     """Terminal: traffic moved back to the kept previous revision (guard or rollback)."""
+    CAPACITY_AWAITED = "capacity.awaited"
+    """No node has the GPUs the canary needs: the run is Pending until capacity frees."""
 
     @property
     def cloudevents_type(self) -> str:
@@ -251,6 +253,16 @@ class StepTimedOut(_Data):
     deadline_s: float
 
 
+class CapacityAwaited(_Data):
+    """The canary fits no node of its PlntBackend now; the install is retried as GPUs free."""
+
+    backend: str = Field(examples=["gpu-east"])
+    gpu_class: str = Field(examples=["a100"])
+    needed: int = Field(ge=0, description="GPUs one runner pod needs.", examples=[2])
+    largest_free: int = Field(ge=0, description="The most any node has free.", examples=[1])
+    message: str = Field(examples=["no node has 2 free nvidia.com/gpu (largest 1)"])
+
+
 class OperatorRequest(_Data):
     """An operator's promote, abort or rollback: from `plnt` or a kubectl annotation."""
 
@@ -288,6 +300,7 @@ EVENT_DATA: dict[EventType, type[_Data]] = {
     EventType.RUN_DELETED: RunDeleted,
     EventType.RUN_REMOVED: RunRemoved,
     EventType.STEP_TIMED_OUT: StepTimedOut,
+    EventType.CAPACITY_AWAITED: CapacityAwaited,
     EventType.PROMOTE_REQUESTED: OperatorRequest,
     EventType.ABORT_REQUESTED: OperatorRequest,
     EventType.ROLLBACK_REQUESTED: OperatorRequest,

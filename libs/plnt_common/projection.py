@@ -15,6 +15,7 @@ from plnt_common.events import (
     AnalysisVerdict,
     CanaryInstalled,
     CanaryStepped,
+    CapacityAwaited,
     Envelope,
     EventType,
     InstallFailed,
@@ -42,6 +43,7 @@ from plnt_common.status import ConditionType, Phase, Reason
 STEP_RANK: dict[EventType, int] = {
     EventType.RUN_REQUESTED: 1,
     EventType.SPEC_PULLED: 2,
+    EventType.CAPACITY_AWAITED: 2,
     EventType.CANARY_INSTALLED: 3,
     EventType.SMOKE_PASSED: 4,
     EventType.SMOKE_FAILED: 4,
@@ -626,6 +628,19 @@ def _failed(current: _Draft, event: Envelope) -> dict[str, object]:
     }
 
 
+def _capacity_awaited(current: _Draft, event: Envelope) -> dict[str, object]:
+    data: CapacityAwaited = event.payload()
+    reason = Reason.NO_CAPACITY
+    conditions = [(ConditionType.CANARY_INSTALLED, False, reason, data.message)]
+    return {
+        "status": {
+            "phase": Phase.PENDING,
+            "conditions": conditions,
+            "message": f"{reason}: {data.message}",
+        }
+    }
+
+
 def _deleted(current: _Draft, event: Envelope) -> dict[str, object]:
     return {
         "deleting": True,
@@ -662,4 +677,5 @@ _STEP_UPDATES = {
     EventType.ABORT_REQUESTED: _requested_by_operator,
     EventType.ROLLBACK_REQUESTED: _requested_by_operator,
     EventType.RUN_REVERTED: _reverted,
+    EventType.CAPACITY_AWAITED: _capacity_awaited,
 }

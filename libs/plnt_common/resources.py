@@ -758,11 +758,32 @@ class PlntBackendSpec(_Model):
         return self
 
 
+class GpuClassCapacity(_Model):
+    """One GPU class's free GPUs at ``observedAt`` (``plnt_common.capacity``)."""
+
+    gpu_class: str = Field(alias="gpuClass", examples=["a100"])
+    free: int = Field(ge=0, description="Free GPUs of the class over every node.")
+    largest_free_on_one_node: int = Field(
+        alias="largestFreeOnOneNode",
+        ge=0,
+        description="The most free on any single node: what one runner pod can get.",
+    )
+    observed_at: datetime = Field(alias="observedAt")
+
+
+class PlntBackendStatus(_Model):
+    capacity: list[GpuClassCapacity] = Field(
+        default_factory=list,
+        description="Free GPUs per class, observed by the installer at most 10 s apart.",
+    )
+
+
 class PlntBackend(_Model):
     api_version: Literal["plnt.work/v1"] = Field(default="plnt.work/v1", alias="apiVersion")
     kind: Literal["PlntBackend"] = "PlntBackend"
     metadata: ObjectMeta
     spec: PlntBackendSpec
+    status: PlntBackendStatus | None = None
 
     @field_validator("metadata")
     @classmethod

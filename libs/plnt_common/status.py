@@ -100,7 +100,7 @@ class Reason(StrEnum):
     BACKEND_NOT_ALLOWED = "BackendNotAllowed"
     """The PlntBackend refuses the run's namespace (allowedNamespaces) or image (allowedImages)."""
     NO_CAPACITY = "NoCapacity"
-    """The canary would hold more GPUs of its class than the gpuClass's capacity."""
+    """No node of the PlntBackend has the GPUs the canary needs: Pending until some frees."""
 
 
 class ServingReason(StrEnum):

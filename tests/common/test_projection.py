@@ -10,6 +10,7 @@ from plnt_common.events import (
     CanaryInstalled,
     CanaryRef,
     CanaryStepped,
+    CapacityAwaited,
     Envelope,
     EventType,
     InstallFailed,
@@ -323,6 +324,9 @@ def random_data(
         EventType.ROLLBACK_REQUESTED: lambda: OperatorRequest(by="plnt.work/rollback=now"),
         EventType.RUN_REVERTED: lambda: RunReverted(
             revision=stable, reverted_revision=revision, reason=Reason.ROLLBACK_REQUESTED
+        ),
+        EventType.CAPACITY_AWAITED: lambda: CapacityAwaited(
+            backend="gpu", gpu_class="a100", needed=2, largest_free=1, message="no node"
         ),
     }
     return payloads[kind]()
