@@ -11,11 +11,9 @@ from typing import Any, cast
 
 import pytest
 from installer_helm_support import (
-    IN_CLUSTER,
     RUN,
     RUN_NS,
     desired,
-    in_cluster_backend,
     promoted,
     spec_pulled,
 )
@@ -40,10 +38,8 @@ from plnt_common.releases import (
     ObservedRelease,
     ReleasePhase,
     ReleaseRole,
-    release_name,
 )
 from plnt_common.status import Phase, Reason
-from plnt_installer.capacity import capacity_refusal
 from plnt_installer.handlers import InstallerHandlers
 
 
@@ -381,90 +377,3 @@ async def test_deletion_removes_every_release_on_every_backend(
     [(kind, data)] = await _published(bus)
     assert kind is EventType.RUN_REMOVED
     assert sorted(data["releases_removed"]) == [old.release, current.release]
-
-
-# --- gpuClasses.<class>.capacity ------------------------------------------------------
-
-
-def _with_capacity(capacity: int, *, generation: int = 1) -> SpecPulled:
-    backend = in_cluster_backend().model_copy(deep=True)
-    h100 = backend.gpu_classes["h100"].model_copy(update={"capacity": capacity})
-    return spec_pulled(
-        generation=generation,
-        backend=backend.model_copy(update={"gpu_classes": {"h100": h100}}),
-    )
-
-
-def _other_run(gpus: int) -> DesiredRelease:
-    held = desired(spec_pulled()).model_copy(
-        update={"namespace": "team-b", "run_name": "other", "release": "team-b-other-g1"}
-    )
-    return held.model_copy(update={"gpu_count": gpus})
-
-
-async def test_a_canary_over_its_gpu_class_capacity_fails_no_capacity_and_installs_nothing(
-    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
-) -> None:
-    kube.held["team-b-other-g1"] = _other_run(gpus=2)
-
-    await _handle(handlers, _event(EventType.SPEC_PULLED, _with_capacity(2), generation=1))
-
-    assert kube.calls == []  # nothing installed
-    [(kind, data)] = await _published(bus)
-    assert kind is EventType.RUN_FAILED
-    assert data["reason"] == Reason.NO_CAPACITY.value
-    assert "gpuClass 'h100'" in data["message"]
-    assert "needs 1 GPUs" in data["message"] and "0 of capacity 2 are free" in data["message"]
-
-
-async def test_a_run_s_stable_counts_beside_its_canary(
-    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
-) -> None:
-    stable = _release(1, role=ReleaseRole.STABLE)
-    kube.held[stable.release] = stable
-
-    await _handle(
-        handlers, _event(EventType.SPEC_PULLED, _with_capacity(1, generation=2), generation=2)
-    )
-
-    assert kube.calls == []
-    [(kind, data)] = await _published(bus)
-    assert (kind, data["reason"]) == (EventType.RUN_FAILED, Reason.NO_CAPACITY.value)
-    assert "1 held by plnt's releases" in data["message"]
-
-
-async def test_a_canary_within_capacity_installs(
-    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
-) -> None:
-    stable = _release(1, role=ReleaseRole.STABLE)
-    kube.held[stable.release] = stable
-
-    await _handle(
-        handlers, _event(EventType.SPEC_PULLED, _with_capacity(2, generation=2), generation=2)
-    )
-
-    assert kube.calls == [f"install {release_name(RUN_NS, RUN, 2)} canary"]
-    [(kind, _)] = await _published(bus)
-    assert kind is EventType.CANARY_INSTALLED
-
-
-async def test_capacity_zero_is_not_declared_and_not_enforced(
-    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
-) -> None:
-    kube.held["team-b-other-g1"] = _other_run(gpus=64)
-
-    await _handle(handlers, _event(EventType.SPEC_PULLED, _with_capacity(0), generation=1))
-
-    [(kind, _)] = await _published(bus)
-    assert kind is EventType.CANARY_INSTALLED
-
-
-def test_a_redelivered_canary_already_held_is_not_counted_twice() -> None:
-    canary = desired(_with_capacity(1))
-    pulled = _with_capacity(1)
-    assert (
-        capacity_refusal(
-            canary=canary, held=[canary], backend_name=IN_CLUSTER, backend=pulled.backend
-        )
-        is None
-    )

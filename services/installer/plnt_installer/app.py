@@ -4,7 +4,7 @@ import asyncio
 from collections.abc import Callable
 
 from plnt_common import subjects, tracing
-from plnt_common.backend_catalog import KubernetesOnly, StoredBackends
+from plnt_common.backend_catalog import BackendCatalog, KubernetesOnly, StoredBackends
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import ConsumerSpec
 from plnt_common.bus.service_app import service_app
@@ -12,6 +12,8 @@ from plnt_common.events import EventType
 from plnt_common.kube import PlntBackendReader, api_client
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
+from plnt_installer.adapters.capacity_sources import KubeCapacitySource, LocalCapacitySource
+from plnt_installer.adapters.capacity_store import CapacityStore
 from plnt_installer.adapters.helm.backend import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.kube_observations import KubeObservations
@@ -20,6 +22,7 @@ from plnt_installer.adapters.spec_source import ObjectStoreSpecSource
 from plnt_installer.handlers import SERVICE, InstallerHandlers
 from plnt_installer.helm_observer import HelmObserver
 from plnt_installer.kube_ports import KubernetesTargets
+from plnt_installer.placement import CapacityObserver, Placements
 from plnt_installer.ports import ReleaseBackend
 from plnt_installer.settings import InstallerSettings
 
@@ -34,6 +37,7 @@ CONSUMES = (
 )
 EMITS = (
     EventType.CANARY_INSTALLED,
+    EventType.CAPACITY_AWAITED,
     EventType.INSTALL_FAILED,
     EventType.RUN_FAILED,
     EventType.RUN_ROLLED_BACK,
@@ -44,6 +48,26 @@ EMITS = (
 BackendsFactory = Callable[[Bus, InstallerSettings], dict[str, ReleaseBackend]]
 
 
+def build_catalog(bus: Bus, settings: InstallerSettings) -> BackendCatalog:
+    """Every PlntBackend, from where ``settings.backends`` says they are kept."""
+    if settings.backends == "kubernetes":
+        api = api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
+        return PlntBackendReader(api=api)
+    return StoredBackends(store=ResourceStore(bus))
+
+
+async def build_placements(bus: Bus) -> Placements:
+    """Capacity per backend type, kept in ``plnt-capacity``."""
+    kv = await bus.js.key_value(subjects.CAPACITY_BUCKET)
+    return Placements(
+        sources={
+            "local": LocalCapacitySource(nc=bus.nc),
+            "kubernetes": KubeCapacitySource(connector=KubeConnector()),
+        },
+        book=CapacityStore(kv),
+    )
+
+
 def build_targets(bus: Bus, settings: InstallerSettings) -> KubernetesTargets:
     """Where the Helm backend lists kubernetes PlntBackends, as ``settings.backends`` says.
 
@@ -51,10 +75,7 @@ def build_targets(bus: Bus, settings: InstallerSettings) -> KubernetesTargets:
     kubeconfig nor a service account is found, so a misconfigured installer stops at
     start-up. The client sends nothing until the first list.
     """
-    if settings.backends == "kubernetes":
-        api = api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
-        return KubernetesOnly(PlntBackendReader(api=api))
-    return KubernetesOnly(StoredBackends(store=ResourceStore(bus)))
+    return KubernetesOnly(build_catalog(bus, settings))
 
 
 def default_backends(bus: Bus, settings: InstallerSettings) -> dict[str, ReleaseBackend]:
@@ -95,24 +116,36 @@ async def run(
     try:
         # inside the try: a backend that cannot be built (no Kubernetes credentials)
         # still lets the connection drain
+        placements = await build_placements(bus)
         handlers = InstallerHandlers(
             bus=bus,
             backends=backends_factory(bus, settings),
             ready_timeout_s=settings.ready_timeout_s,
             uninstall_timeout_s=settings.uninstall_timeout_s,
+            placements=placements,
+            capacity_retry_s=settings.capacity_retry_s,
+        )
+        capacity_observer = CapacityObserver(
+            catalog=build_catalog(bus, settings),
+            placements=placements,
+            interval_s=settings.capacity_interval_s,
         )
         observer = HelmObserver(
             targets=build_targets(bus, settings),
             connector=KubeConnector(),
             store=KubeObservations(nc=bus.nc, kv=bus.releases),
         )
-        observing = asyncio.create_task(observer.run(stop))
+        observing = [
+            asyncio.create_task(observer.run(stop)),
+            asyncio.create_task(capacity_observer.run(stop)),
+        ]
         try:
             app = service_app(bus, consumer_spec(settings), emits=EMITS, handlers=handlers)
             await app.run(stop)
         finally:
-            observing.cancel()
-            await asyncio.gather(observing, return_exceptions=True)
+            for task in observing:
+                task.cancel()
+            await asyncio.gather(*observing, return_exceptions=True)
     finally:
         await bus.close()
 

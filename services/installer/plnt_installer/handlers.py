@@ -12,6 +12,7 @@ from plnt_common.errors import InstallFailed
 from plnt_common.events import (
     CanaryInstalled,
     CanaryRef,
+    CapacityAwaited,
     Envelope,
     EventType,
     RouteRestored,
@@ -34,12 +35,15 @@ from plnt_common.releases import DesiredRelease, ObservedRelease, ReleaseRole, r
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
 from plnt_installer import keep, logic
-from plnt_installer.capacity import capacity_refusal
+from plnt_installer.capacity import Refusal
+from plnt_installer.placement import Placements
 from plnt_installer.ports import ReleaseBackend
 
 log = get_logger(__name__)
 SERVICE = "installer"
 COMPENSATED_TIMEOUTS = {Phase.PULLING.value, Phase.INSTALLING.value}
+CAPACITY_RETRY_S = 5.0
+"""How soon a canary that fits no node is tried again (the capacity view's refresh)."""
 
 
 class InstallerHandlers:
@@ -50,16 +54,22 @@ class InstallerHandlers:
         backends: dict[str, ReleaseBackend],
         ready_timeout_s: float | None,
         uninstall_timeout_s: float,
+        placements: Placements | None = None,
+        capacity_retry_s: float = CAPACITY_RETRY_S,
     ) -> None:
         self._bus = bus
         self._backends = backends
         self._ready_timeout_s = ready_timeout_s
         self._uninstall_timeout_s = uninstall_timeout_s
+        self._placements = placements
+        self._capacity_retry_s = capacity_retry_s
+        self._awaited: dict[str, str] = {}
+        """Per saga, the last Pending message published (a retry repeats it only if new)."""
 
     async def handle(self, event: Envelope, delivery: Delivery) -> None:
         match event.event_type:
             case EventType.SPEC_PULLED:
-                await self._install(event)
+                await self._install(event, delivery)
             case EventType.INSTALL_FAILED:
                 data: InstallFailedEvent = event.payload()
                 await self._compensate(event, data.reason, data.message)
@@ -116,7 +126,7 @@ class InstallerHandlers:
             held.extend((backend, release) for release in releases)
         return held
 
-    async def _install(self, event: Envelope) -> None:
+    async def _install(self, event: Envelope, delivery: Delivery) -> None:
         """spec.pulled: install the canary, wait until it serves, publish canary.installed."""
         data: SpecPulled = event.payload()
         if not await self._may_install(event):
@@ -125,12 +135,19 @@ class InstallerHandlers:
         if backend is None:
             return
         desired = logic.desired_canary(data, saga_id=event.sagaid)
-        if not await self._fits_capacity(event, data, backend, desired):
+        if not await self._placed(event, data, backend, desired, delivery):
             return
         if not await self._install_canary(event, data, backend, desired):
+            await self._unreserve(data, desired)
             return
         observed = await self._wait_ready(event, data, backend, desired)
-        if observed is None or not await self._still_wanted(event, data, backend, desired):
+        if observed is None:
+            await self._unreserve(data, desired)
+            return
+        if self._placements is not None:
+            await self._placements.mark_up(backend_name=data.backend_name, canary=desired)
+        self._awaited.pop(event.sagaid, None)
+        if not await self._still_wanted(event, data, backend, desired):
             return
         await self._publish_installed(event, data, desired, observed)
 
@@ -159,25 +176,50 @@ class InstallerHandlers:
             await self._end(event, EventType.RUN_FAILED, unavailable)
         return backend
 
-    async def _fits_capacity(
-        self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
+    async def _placed(
+        self,
+        event: Envelope,
+        data: SpecPulled,
+        backend: ReleaseBackend,
+        desired: DesiredRelease,
+        delivery: Delivery,
     ) -> bool:
-        """Whether the canary fits its gpuClass's capacity; if not the saga ended Failed
-        NoCapacity and nothing was installed (a stable keeps serving)."""
-        gpu_class = data.backend.gpu_classes.get(desired.gpu_class or "")
-        if gpu_class is None or gpu_class.capacity == 0:
-            return True  # not declared: no listing of releases
-        refusal = capacity_refusal(
-            canary=desired,
-            held=await backend.every_release(pulled=data),
-            backend_name=data.backend_name,
-            backend=data.backend,
+        """Whether the canary's GPUs are booked on a node; if no node fits, the run is
+        Pending (capacity.awaited) and this event comes back in ``capacity_retry_s``:
+        nothing installed, a stable keeps serving."""
+        if self._placements is None:
+            return True
+        refusal = await self._placements.reserve(
+            backend_name=data.backend_name, spec=data.backend, canary=desired
         )
         if refusal is None:
             return True
-        failed = RunFailed(reason=Reason.NO_CAPACITY, message=refusal, phase=Phase.INSTALLING)
-        await self._end(event, EventType.RUN_FAILED, failed)
+        await self._await_capacity(event, data, desired, refusal)
+        delivery.defer(self._capacity_retry_s)
         return False
+
+    async def _await_capacity(
+        self, event: Envelope, data: SpecPulled, desired: DesiredRelease, refusal: Refusal
+    ) -> None:
+        message = f"PlntBackend {data.backend_name!r}: {refusal.message}"
+        if self._awaited.get(event.sagaid) == message:
+            return
+        awaited = CapacityAwaited(
+            backend=data.backend_name,
+            gpu_class=desired.gpu_class or "",
+            needed=refusal.needed,
+            largest_free=refusal.largest_free,
+            message=message,
+        )
+        await self._bus.publish(
+            follow_up(event, EventType.CAPACITY_AWAITED, awaited, source=SERVICE)
+        )
+        self._awaited[event.sagaid] = message
+        log.info("canary.pending", reason=Reason.NO_CAPACITY.value, message=message)
+
+    async def _unreserve(self, data: SpecPulled, desired: DesiredRelease) -> None:
+        if self._placements is not None:
+            await self._placements.release(backend_name=data.backend_name, canary=desired)
 
     async def _install_canary(
         self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease

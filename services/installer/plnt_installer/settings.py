@@ -37,6 +37,19 @@ class InstallerSettings(CommonSettings):
         "per revision (default: the checkout's charts/plnt-runner, else the image's "
         "/opt/plnt/charts/plnt-runner).",
     )
+    capacity_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=10,
+        description="How often every PlntBackend's free GPUs are observed into "
+        "plnt-capacity (at most 10 s, so the view is never older).",
+    )
+    capacity_retry_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How soon a canary that fits no node (the run Pending, NoCapacity) "
+        "is tried again.",
+    )
     backends: Literal["embedded", "kubernetes"] = Field(
         default="embedded",
         description="Where the Helm backend finds kubernetes PlntBackends (to locate a "

@@ -52,6 +52,8 @@ class Connection:
     """The PlntBackend's ``kubernetes.namespace``: where its releases live."""
     helm: HelmCli
     deployments: KubeDeployments
+    api: client.ApiClient | None = None
+    """The target's API client: what the capacity observer lists nodes and pods with."""
 
 
 @dataclass
@@ -98,7 +100,10 @@ class KubeConnector:
             else:
                 cluster = await self._remote_cluster(backend_name, target)
         return Connection(
-            namespace=target.namespace, helm=cluster.helm, deployments=cluster.deployments
+            namespace=target.namespace,
+            helm=cluster.helm,
+            deployments=cluster.deployments,
+            api=cluster.api,
         )
 
     async def close(self) -> None:
