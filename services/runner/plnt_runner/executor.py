@@ -278,6 +278,8 @@ class _Run:
             raise
         else:
             span.set_attribute("plnt.step.cache_hit", finished.cached)
+            if finished.dry_run:
+                span.set_attribute("plnt.step.dry_run", True)
             return finished
         finally:
             tracing.deactivate(token)

@@ -173,6 +173,7 @@ async def _traced_invoke(request: web.Request) -> web.StreamResponse:
             "url.path": "/invoke",
             "plnt.workflow.name": state.name,
             "plnt.revision": state.settings.revision,
+            "plnt.shadow": flag_set(request.headers.get(SHADOW_HEADER)),
         },
     )
     token = tracing.activate(span)  # by hand: cheaper than start_as_current_span
