@@ -55,8 +55,8 @@ class ClassCapacity(BaseModel):
     )
 
     def status(self) -> dict[str, Any]:
-        """The PlntBackend ``status.capacity[]`` entry (without the per-node detail)."""
-        return self.model_dump(by_alias=True, mode="json", exclude={"nodes"})
+        """The PlntBackend ``status.capacity[]`` entry (``resources.GpuClassCapacity``)."""
+        return self.model_dump(by_alias=True, mode="json", exclude={"nodes", "resource_name"})
 
 
 class BackendCapacity(BaseModel):

@@ -12,6 +12,7 @@ from plnt_common.events import EventType
 from plnt_common.kube import PlntBackendReader, api_client
 from plnt_common.resource_store import ResourceStore
 from plnt_common.runtime import run_service
+from plnt_installer.adapters.backend_status import KubeBackendStatus
 from plnt_installer.adapters.capacity_sources import KubeCapacitySource, LocalCapacitySource
 from plnt_installer.adapters.capacity_store import CapacityStore
 from plnt_installer.adapters.helm.backend import HelmReleaseBackend
@@ -66,6 +67,15 @@ async def build_placements(bus: Bus) -> Placements:
         },
         book=CapacityStore(kv),
     )
+
+
+def build_status_writer(settings: InstallerSettings) -> KubeBackendStatus | None:
+    """PlntBackends on the Kubernetes API get ``status.capacity``; the embedded store's
+    are shown from ``plnt-capacity`` by ``plnt get backends``."""
+    if settings.backends != "kubernetes":
+        return None
+    api = api_client(kubeconfig=settings.kubeconfig, user_agent=f"plnt-{SERVICE}")
+    return KubeBackendStatus(api=api)
 
 
 def build_targets(bus: Bus, settings: InstallerSettings) -> KubernetesTargets:
@@ -129,6 +139,7 @@ async def run(
             catalog=build_catalog(bus, settings),
             placements=placements,
             interval_s=settings.capacity_interval_s,
+            status=build_status_writer(settings),
         )
         observer = HelmObserver(
             targets=build_targets(bus, settings),

@@ -175,15 +175,38 @@ class Placements:
         raise BusUnavailable(f"updating reservations on {backend_name!r}: too many writers")
 
 
+class StatusWriter(Protocol):
+    """``adapters.backend_status.KubeBackendStatus``: the PlntBackend's status.capacity."""
+
+    async def write(self, capacity: BackendCapacity) -> None: ...
+
+
+STATUS_REFRESH_S = 30.0
+"""A status whose figures did not change is rewritten this often (its observedAt moves):
+the bus view is the fresh one, the object is not written every round."""
+
+
+def _figures(capacity: BackendCapacity) -> tuple[tuple[str, int, int], ...]:
+    return tuple((c.gpu_class, c.free, c.largest_free_on_one_node) for c in capacity.classes)
+
+
 class CapacityObserver:
-    """Observes every PlntBackend every ``interval_s`` into ``plnt-capacity``."""
+    """Observes every PlntBackend every ``interval_s`` into ``plnt-capacity``, and into
+    its ``status.capacity`` when given a ``status`` writer (PlntBackends on Kubernetes)."""
 
     def __init__(
-        self, *, catalog: Catalog, placements: Placements, interval_s: float = INTERVAL_S
+        self,
+        *,
+        catalog: Catalog,
+        placements: Placements,
+        interval_s: float = INTERVAL_S,
+        status: StatusWriter | None = None,
     ) -> None:
         self._catalog = catalog
         self._placements = placements
         self._interval_s = interval_s
+        self._status = status
+        self._written: dict[str, BackendCapacity] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -197,6 +220,19 @@ class CapacityObserver:
     async def observe_once(self) -> None:
         for name, spec in sorted((await self._catalog.all()).items()):
             try:
-                await self._placements.observe(name, spec)
+                observed = await self._placements.observe(name, spec)
+                if observed is not None:
+                    await self._write_status(observed)
             except PlntError as exc:
                 log.warning("capacity.backend_unreadable", backend=name, error=str(exc))
+
+    async def _write_status(self, observed: BackendCapacity) -> None:
+        if self._status is None:
+            return
+        last = self._written.get(observed.backend)
+        if last is not None and _figures(last) == _figures(observed):
+            recent = (observed.observed_at - last.observed_at).total_seconds() < STATUS_REFRESH_S
+            if recent:
+                return
+        await self._status.write(observed)
+        self._written[observed.backend] = observed

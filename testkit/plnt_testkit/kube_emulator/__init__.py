@@ -4,7 +4,8 @@ real ``kubectl`` talk to.
 It serves core v1 ``namespaces``, ``apiextensions.k8s.io/v1`` CRDs and every type a CRD
 applied to it declares (by default the project's, from ``crds``: plnt.work/v1
 ``workflowruns`` and ``plntbackends``), core v1 ``events`` and coordination.k8s.io/v1
-``leases`` (and, when asked, other built-in types such as ``services`` and ``endpoints``).
+``leases`` (and, when asked, other built-in types such as ``services``, ``endpoints``,
+``nodes`` and ``pods``: nothing schedules them, a test writes ``spec.nodeName`` and status).
 It keeps the server rules plnt depends on: generation, a global resourceVersion, status
 apart from spec, 409 on a stale update, finalizers, list-then-watch with bookmarks, and
 410 Gone past the retained history; it returns objects as a real server does
@@ -32,7 +33,9 @@ from plnt_testkit.kube_emulator.types import (
     EVENTS,
     LEASES,
     NAMESPACES,
+    NODES,
     PLNT_BACKENDS,
+    PODS,
     SECRETS,
     SERVICES,
     WORKFLOW_RUNS,
@@ -47,7 +50,9 @@ __all__ = [
     "EVENTS",
     "LEASES",
     "NAMESPACES",
+    "NODES",
     "PLNT_BACKENDS",
+    "PODS",
     "SECRETS",
     "SERVICES",
     "WORKFLOW_RUNS",

@@ -6,8 +6,10 @@ comma separated and all required. Fields, with ``=``, ``==`` or ``!=``:
 ``kubectl get NAME -w`` send), and what the API server adds per type: for core Events
 ``involvedObject.*`` (kind, namespace, name, uid, apiVersion, resourceVersion, fieldPath),
 ``reason``, ``reportingComponent``, ``source`` and ``type`` (``kubectl describe`` finds an
-object's Events so), for namespaces ``status.phase``. A selector the emulator cannot read,
-or a field the type does not support, raises ``ValueError`` (the server answers 400).
+object's Events so), for namespaces ``status.phase``, for nodes ``spec.unschedulable``, for
+pods ``spec.nodeName``, ``status.phase`` and the others the API server lists. A selector
+the emulator cannot read, or a field the type does not support, raises ``ValueError`` (the
+server answers 400).
 """
 
 import re
@@ -30,6 +32,17 @@ _TYPE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
         "type",
     ),
     ("", "namespaces"): ("status.phase",),
+    ("", "nodes"): ("spec.unschedulable",),
+    ("", "pods"): (
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
 }
 _ALIASES = {"source": "source.component"}
 

@@ -41,6 +41,7 @@ from plnt_testkit.kube_emulator.types import (
     ALWAYS_SERVED,
     CUSTOM_RESOURCE_DEFINITIONS,
     NAMESPACES,
+    PODS,
     STALE_OBJECT,
     ApiError,
     ResourceType,
@@ -213,8 +214,12 @@ class ObjectStore:
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
         if rtype.keeps_generation:
             meta["generation"] = 1
-        if rtype.status_subresource:
+        if rtype.status_subresource and not rtype.status_on_create:
             new.pop("status", None)  # status is written through its subresource only
+        if rtype == PODS:
+            # what the pod strategy starts a pod at (a type served without the status
+            # subresource keeps the status it was created with)
+            new.setdefault("status", {"phase": "Pending"})
         new = self._admit(rtype, new, old=None, write=write, subresource=None)
         if rtype == CUSTOM_RESOURCE_DEFINITIONS:
             crds.check_crd(new)

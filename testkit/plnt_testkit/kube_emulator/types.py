@@ -28,6 +28,9 @@ class ResourceType:
     """Custom resources track ``generation``, require ``resourceVersion`` on update and
     reject strategic merge patch, as CRD-backed types do on a real server."""
     generation: bool = field(default=False, compare=False)
+    status_on_create: bool = field(default=False, compare=False)
+    """Create keeps the body's status although a status subresource exists, as for Nodes
+    (the kubelet registers its node with capacity and allocatable)."""
     """A built-in type that keeps ``metadata.generation`` too (custom resources always do)."""
     singular: str = field(default="", compare=False)
     short_names: tuple[str, ...] = field(default=(), compare=False)
@@ -109,6 +112,31 @@ ENDPOINTS = ResourceType(
 )
 """Served on request (``types=``): a test plays the endpoints controller, writing the
 ready and not-ready addresses of a Service's pods as the real one does."""
+NODES = ResourceType(
+    group="",
+    version="v1",
+    plural="nodes",
+    kind="Node",
+    namespaced=False,
+    status_subresource=True,
+    status_on_create=True,
+    short_names=("no",),
+)
+"""Served on request (``types=``): a test plays the kubelets, writing ``status.allocatable``
+(what GPU capacity is computed from) and ``spec.unschedulable`` (cordon)."""
+PODS = ResourceType(
+    group="",
+    version="v1",
+    plural="pods",
+    kind="Pod",
+    namespaced=True,
+    status_subresource=True,
+    short_names=("po",),
+    categories=("all",),
+)
+"""Served on request (``types=``): a test plays the scheduler and kubelet, writing
+``spec.nodeName`` on create (a bound pod) and ``status.phase`` through the status
+subresource; a created pod starts ``Pending`` as on a real server."""
 SECRETS = ResourceType(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
 """Served on request (``types=``): registry pull secrets the puller reads. Kept as written
 (``type``, base64 ``data``); ``stringData`` is not folded into ``data`` as a real server does."""
