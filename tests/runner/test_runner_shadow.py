@@ -45,6 +45,8 @@ class Sink:
     async def receive(self, request: web.Request) -> web.Response:
         await request.read()
         self.posts.append(Post(request.path, request.headers.get("x-plnt-shadow")))
+        if request.path == "/broken":
+            return web.json_response({"ok": False}, status=503)
         return web.json_response({"ok": True, "n": len(self.posts)})
 
     def count(self, path: str) -> int:
@@ -319,3 +321,28 @@ async def test_over_the_cap_the_answer_lists_the_first_calls_and_counts_the_rest
     assert dropped > 0 and len(listed_calls) + dropped == MAX_EFFECTS
     assert name == "result"
     assert (len(result["effects"]), result["effects_dropped"]) == (len(listed_calls), dropped)
+
+
+async def test_a_failed_call_still_lists_the_side_effect_calls_made_before_the_failure(
+    tmp_path: Path,
+) -> None:
+    async for stack in start_stack(tmp_path, cache_size=0):
+        tools = [{"name": "crm.notify", "call": "runner_shadow_tools:notify", "sideEffects": True}]
+        steps = [
+            {"id": "notify", "tool": "crm.notify", "with": {"url": f"{stack.sink_url}/notify"}},
+            {"id": "hook", "tool": "http.request", "deps": ["notify"],
+             "with": {"url": f"{stack.sink_url}/broken"}},
+        ]  # fmt: skip
+        path = tmp_path / "failing.yaml"
+        path.write_bytes(workflow_yaml(steps, name="failing-flow", tools=tools))
+        settings = RunnerSettings(workflow_file=path, revision="rev-f")
+        async with running_runner(settings) as (base, http, _):
+            async with http.post(f"{base}/invoke", json={}, headers=EFFECTS) as response:
+                assert response.status == 500
+                header = response.headers["x-plnt-effects"]
+            async with http.post(f"{base}/invoke", json={}, headers={**EFFECTS, **SSE}) as response:
+                *_, (name, failure) = [event async for event in read_sse(response)]
+        assert [tool for tool, _ in listed(header)] == ["crm.notify", "http.request"]
+        assert (name, failure["step"]) == ("error", "hook")
+        assert [entry["tool"] for entry in failure["effects"]] == ["crm.notify", "http.request"]
+        assert (stack.sink.count("/notify"), stack.sink.count("/broken")) == (2, 2)
