@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
-from plnt_cli import render
+from plnt_cli import capacity_view, render
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.history import read_dead_letters, read_events
@@ -100,6 +100,8 @@ async def get(
         bodies = [stored.body]
     else:
         bodies = [o.body for o in await session.store.list(kind, ns)]
+    if kind == "PlntBackend":
+        bodies = capacity_view.with_capacity(bodies, await capacity_view.observed(session.bus))
     if output:
         return render.as_document(bodies[0], output) if name else render.as_list(bodies, output)
     if not bodies:

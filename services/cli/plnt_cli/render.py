@@ -67,21 +67,28 @@ def serving(status: dict[str, Any]) -> str:
     return "-"
 
 
-def backend_rows(objects: list[dict[str, Any]]) -> str:
+def backend_rows(objects: list[dict[str, Any]], *, now: datetime | None = None) -> str:
+    """One row per backend and GPU class: FREE over every node, LARGEST free on one node
+    (what one runner pod can get), AGE of that observation; ``-`` before the first."""
     rows = []
     for body in objects:
         spec = body["spec"]
         llm = spec.get("llm") or {}
-        rows.append(
-            [
-                body["metadata"]["name"],
-                spec["type"],
-                ",".join(sorted(spec.get("gpuClasses") or {})) or "-",
-                llm.get("model") or "offline",
-                age(body["metadata"].get("creationTimestamp")),
-            ]
-        )
-    return table(["NAME", "TYPE", "GPU CLASSES", "LLM", "AGE"], rows)
+        observed = {c["gpuClass"]: c for c in (body.get("status") or {}).get("capacity") or []}
+        for gpu_class in sorted(spec.get("gpuClasses") or {}) or ["-"]:
+            seen = observed.get(gpu_class)
+            rows.append(
+                [
+                    body["metadata"]["name"],
+                    spec["type"],
+                    gpu_class,
+                    str(seen["free"]) if seen else "-",
+                    str(seen["largestFreeOnOneNode"]) if seen else "-",
+                    age(seen["observedAt"], now=now) if seen else "-",
+                    llm.get("model") or "offline",
+                ]
+            )
+    return table(["NAME", "TYPE", "GPU CLASS", "FREE", "LARGEST", "AGE", "LLM"], rows)
 
 
 def as_document(body: dict[str, Any], fmt: str) -> str:
