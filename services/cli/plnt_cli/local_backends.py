@@ -71,9 +71,15 @@ class LocalBackendsWatch:
 
     def _run(self) -> None:
         self._task = self._loop.create_task(self._follow())
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             self._loop.run_until_complete(self._task)
-        self._loop.close()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            # e.g. NATS refusing plnt up's credentials: no backend would ever get a process.
+            log.exception("up.local_backends_watch_failed")
+        finally:
+            self._loop.close()
 
     async def _follow(self) -> None:
         nc = await connect(self._nats_url, name="plnt-up-local-backends", retry_on_start=True)
