@@ -523,10 +523,12 @@ def test_puller_gets_pull_secrets_only_in_the_namespaces_whose_runs_may_name_the
     assert [d["metadata"]["namespace"] for d in bindings] == namespaces
 
 
-def test_installer_may_read_backends_cluster_wide_and_nothing_else() -> None:
+def test_installer_may_read_backends_nodes_and_pods_cluster_wide_and_nothing_else() -> None:
     docs = _render({})
     assert _rules(one(docs, "ClusterRole", "plnt-installer")) == [
-        (("plnt.work",), ("plntbackends",), ("get", "list"))
+        (("plnt.work",), ("plntbackends",), ("get", "list")),
+        (("plnt.work",), ("plntbackends/status",), ("patch",)),
+        (("",), ("nodes", "pods"), ("list",)),
     ]
     binding = one(docs, "ClusterRoleBinding", "plnt-installer")
     assert binding["roleRef"] == {
