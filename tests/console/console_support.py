@@ -1,13 +1,14 @@
 """A console app on a real HTTP server, following a real nats-server's runs and figures."""
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp.test_utils import TestServer
 
 from plnt_cli.commands import Session
+from plnt_cli.operate import RunAccess
 from plnt_common.bus.bus import Bus
 from plnt_common.resource_store import ResourceStore
 from plnt_console.app import create_app, follow_bus
@@ -25,10 +26,14 @@ class Console:
 
 
 @contextlib.asynccontextmanager
-async def running_console(nats_url: str, *, token: str = "") -> AsyncIterator[Console]:
+async def running_console(
+    nats_url: str, *, token: str = "", runs: Callable[[Bus], RunAccess] | None = None
+) -> AsyncIterator[Console]:
+    """``runs``: where the console finds WorkflowRuns, made on its bus; None: the store."""
     bus = await Bus.open(nats_url, service="console-test")
     board = Board()
-    app = create_app(board=board, session=Session(bus=bus, store=ResourceStore(bus)), token=token)
+    session = Session(bus=bus, store=ResourceStore(bus))
+    app = create_app(board=board, session=session, token=token, runs=runs(bus) if runs else None)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:

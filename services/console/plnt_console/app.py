@@ -1,8 +1,10 @@
 """Wiring of the console process: the aiohttp app, the runs and figures watches, start-up.
 
 ``create_app`` builds the HTTP app around a ``Board`` and a bus session someone else
-opened (tests pass their own); ``serve`` runs the whole console; ``main`` is what
-``plnt serve console`` calls. The pages are static files under ``static/``.
+opened (tests pass their own) and where WorkflowRuns live (``RunAccess``: the embedded
+store by default, the Kubernetes API with ``PLNT_CONSOLE_SOURCE=kubernetes``); ``serve``
+runs the whole console; ``main`` is what ``plnt serve console`` calls. The pages are
+static files under ``static/``.
 """
 
 import asyncio
@@ -21,18 +23,20 @@ from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from plnt_cli.commands import Session
-from plnt_cli.operate import operate
+from plnt_cli.operate import RunAccess, StoreRuns, operate
 from plnt_common import event_loop, subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.kv_mirror import KvMirror
 from plnt_common.errors import (
     BusUnavailable,
+    KubernetesUnavailable,
     PlntError,
     ResourceNotFound,
     SpecInvalid,
     SpecNotFound,
 )
 from plnt_common.figures import RouterFigures
+from plnt_common.kube_errors import KubernetesRejected
 from plnt_common.logs import configure_logging, get_logger
 from plnt_common.operations import Operation
 from plnt_common.projection import RunProjection, run_key
@@ -49,15 +53,20 @@ log = get_logger(__name__)
 STATIC = Path(str(resources.files("plnt_console") / "static"))
 SESSION = web.AppKey("plnt_console_session", Session)
 BOARD = web.AppKey("plnt_console_board", Board)
+RUNS = web.AppKey("plnt_console_runs", RunAccess)
 KEEPALIVE_S = 15.0
 INVOKE_TIMEOUT_S = 120.0
 STOP_S = 2.0
 
 
-def create_app(*, board: Board, session: Session, token: str = "") -> web.Application:
+def create_app(
+    *, board: Board, session: Session, token: str = "", runs: RunAccess | None = None
+) -> web.Application:
+    """``runs``: where WorkflowRuns are read and annotated; None is the session's store."""
     app = web.Application(middlewares=[token_middleware(token)])
     app[BOARD] = board
     app[SESSION] = session
+    app[RUNS] = runs or StoreRuns(session.store)
     app.router.add_get("/", index)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/runs", list_runs)
@@ -110,13 +119,16 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 async def get_run(request: web.Request) -> web.Response:
-    """The stored WorkflowRun; where the store has none (on Kubernetes the API server
-    holds the objects) the run's status as its projection in ``plnt-runs`` has it."""
+    """The WorkflowRun where it lives (the store, or the API server in Kubernetes mode);
+    where that has none, the run's status as its projection in ``plnt-runs`` has it."""
     ns, name = request.match_info["ns"], request.match_info["name"]
     session = request.app[SESSION]
-    stored = await session.store.get("WorkflowRun", ns, name)
-    if stored is not None:
-        return web.json_response(stored.body)
+    try:
+        body = await request.app[RUNS].read(namespace=ns, name=name)
+    except (KubernetesRejected, KubernetesUnavailable) as exc:
+        return _kube_error(exc)
+    if body is not None:
+        return web.json_response(body)
     projection = await _projection(session.bus, ns, name)
     if projection is None:
         return _error(404, f"workflowruns {name!r} not found in namespace {ns!r}")
@@ -154,10 +166,13 @@ async def get_workflow(request: web.Request) -> web.Response:
     summary = request.app[BOARD].runs.get(f"{ns}.{name}")
     status: dict[str, Any] = {}
     if summary is None:
-        stored = await session.store.get("WorkflowRun", ns, name)
-        if stored is None:
+        try:
+            body = await request.app[RUNS].read(namespace=ns, name=name)
+        except (KubernetesRejected, KubernetesUnavailable) as exc:
+            return _kube_error(exc)
+        if body is None:
             return _error(404, f"workflowruns {name!r} not found in namespace {ns!r}")
-        status = stored.body.get("status") or {}
+        status = body.get("status") or {}
     digest = (summary or {}).get("specDigest") or status.get("specDigest") or ""
     if not digest:
         phase = (summary or {}).get("phase") or status.get("phase") or "Pending"
@@ -184,10 +199,18 @@ async def run_operation(request: web.Request) -> web.Response:
     steps: list[str] = []
     try:
         outcome = await operate(
-            request.app[SESSION], operation, name=name, namespace=ns, full=full, say=steps.append
+            request.app[SESSION],
+            operation,
+            name=name,
+            namespace=ns,
+            full=full,
+            say=steps.append,
+            runs=request.app[RUNS],
         )
     except ResourceNotFound as exc:
         return _error(404, str(exc))
+    except (KubernetesRejected, KubernetesUnavailable) as exc:
+        return _kube_error(exc, steps=steps)
     except PlntError as exc:
         return _error(409, str(exc), steps=steps)
     return web.json_response({"ok": True, "message": outcome, "steps": steps})
@@ -236,6 +259,12 @@ def _error(status: int, message: str, **extra: Any) -> web.Response:
     return web.json_response({"ok": False, "error": message, **extra}, status=status)
 
 
+def _kube_error(exc: PlntError, **extra: Any) -> web.Response:
+    """The API server refused (403 and the like: asking again changes nothing) or did not
+    answer (502); the message says which call and, for a 403, the permission missing."""
+    return _error(403 if isinstance(exc, KubernetesRejected) else 502, str(exc), **extra)
+
+
 def _decode_run(entry: KeyValue.Entry) -> RunProjection | None:
     try:
         return RunProjection.model_validate_json(entry.value or b"")
@@ -282,7 +311,7 @@ async def serve(settings: ConsoleSettings) -> None:
     bus = await Bus.open(settings.nats_url, service="console", wait_for_server=True)
     board = Board()
     session = Session(bus=bus, store=ResourceStore(bus))
-    app = create_app(board=board, session=session, token=token)
+    app = create_app(board=board, session=session, token=token, runs=run_access(settings, bus))
     runner = web.AppRunner(app, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
@@ -296,6 +325,23 @@ async def serve(settings: ConsoleSettings) -> None:
         await stop.wait()
     await runner.cleanup()
     await bus.close()
+
+
+def run_access(settings: ConsoleSettings, bus: Bus) -> RunAccess | None:
+    """Where the buttons find WorkflowRuns: the API server in Kubernetes mode, else None
+    (the embedded store)."""
+    if settings.source != "kubernetes":
+        return None
+    # Imported here so the embedded mode never loads the Kubernetes client.
+    from plnt_common.kube import api_client
+    from plnt_console.adapters.kube_runs import KubernetesRuns
+
+    api = api_client(
+        kubeconfig=settings.kubeconfig, context=settings.kube_context, user_agent="plnt-console"
+    )
+    return KubernetesRuns(
+        api=api, runs_bucket=bus.runs, request_timeout_s=settings.kube_request_timeout_s
+    )
 
 
 def main() -> None:
