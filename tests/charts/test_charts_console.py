@@ -68,7 +68,7 @@ def test_the_deployment_serves_the_console_on_every_interface_with_its_token() -
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, probe
     assert container["resources"]["requests"] == {"cpu": "50m", "memory": "128Mi"}
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is True  # console.source=kubernetes: its API reads
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
     service = one(docs, "Service", CONSOLE)
@@ -85,14 +85,14 @@ def test_the_deployment_serves_the_console_on_every_interface_with_its_token() -
     validate_manifest(one(docs, "ServiceAccount", CONSOLE))
 
 
-def test_the_network_policy_lets_the_console_reach_nats_and_the_router_only() -> None:
+def test_the_network_policy_lets_the_console_reach_nats_the_api_and_the_router_only() -> None:
     docs = _render(ENABLED)
     policy = one(docs, "NetworkPolicy", CONSOLE)
     validate_manifest(policy)
     labels = _pod_labels(docs)
     assert selector_matches(policy["spec"]["podSelector"], labels[CONSOLE])
     ports = {rule["ports"][0]["port"]: rule for rule in policy["spec"]["egress"]}
-    assert set(ports) == {53, 4222, 8080}, ports
+    assert set(ports) == {53, 4222, 443, 8080}, ports  # 443: the API server (source kubernetes)
     (router_peer,) = ports[8080]["to"]
     reached = {name for name, pod in labels.items() if peer_selects(router_peer, pod, NS, NS)}
     assert reached == {"plnt-router"}, reached
