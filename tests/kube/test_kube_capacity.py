@@ -242,3 +242,15 @@ async def test_the_observer_writes_the_plntbackend_s_status_capacity_through_the
         "largestFreeOnOneNode": 1,
     }
     assert PlntBackend.model_validate(stored).status is not None
+
+
+async def test_a_cluster_whose_nodes_cannot_be_listed_installs_unbooked(
+    tmp_path: Path, bus: Bus
+) -> None:
+    with KubeEmulator() as emulator:  # serves no nodes: the list is refused
+        api = config.new_client_from_config(
+            config_file=str(emulator.write_kubeconfig(tmp_path / "kubeconfig"))
+        )
+        placements = await placements_on(api, bus)
+        assert await placements.reserve(backend_name=BACKEND, spec=SPEC, canary=canary(1)) is None
+        api.close()

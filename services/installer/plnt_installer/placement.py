@@ -111,14 +111,23 @@ class Placements:
         self, *, backend_name: str, spec: PlntBackendSpec, canary: DesiredRelease
     ) -> Refusal | None:
         """Book the canary's GPUs; the ``Refusal`` when no node fits it now. None also
-        when nothing is counted (no GPUs asked for, a class without a count).
+        when nothing is counted (no GPUs asked for, a class without a count, a backend
+        whose nodes cannot be read: logged, installed unbooked).
 
         Raises ``BusUnavailable`` (retryable) when the bucket does not answer or other
         placements kept winning the compare-and-set.
         """
         if not canary.gpu_class or canary.gpu_count == 0:
             return None
-        observed = await self.current(backend_name, spec)
+        try:
+            observed = await self.current(backend_name, spec)
+        except PlntError as exc:
+            # unknown is not "full": the cluster's scheduler still refuses a pod with no
+            # room, and the install's readiness reports it (Unschedulable)
+            log.warning(
+                "capacity.unknown_installing_unbooked", backend=backend_name, error=str(exc)
+            )
+            return None
         counted = observed.of(canary.gpu_class) if observed is not None else None
         if observed is None or counted is None:
             return None
