@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -308,10 +308,12 @@ async def follow_bus(board: Board, bus: Bus) -> AsyncIterator[None]:
 async def serve(settings: ConsoleSettings) -> None:
     token = settings.token.get_secret_value() if settings.token else ""
     check_bind(settings.host, token)
+    runs_on = run_access(settings)  # before the bus: a missing kubeconfig is said at once
     bus = await Bus.open(settings.nats_url, service="console", wait_for_server=True)
     board = Board()
     session = Session(bus=bus, store=ResourceStore(bus))
-    app = create_app(board=board, session=session, token=token, runs=run_access(settings, bus))
+    runs = runs_on(bus) if runs_on else None
+    app = create_app(board=board, session=session, token=token, runs=runs)
     runner = web.AppRunner(app, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
@@ -327,9 +329,10 @@ async def serve(settings: ConsoleSettings) -> None:
     await bus.close()
 
 
-def run_access(settings: ConsoleSettings, bus: Bus) -> RunAccess | None:
-    """Where the buttons find WorkflowRuns: the API server in Kubernetes mode, else None
-    (the embedded store)."""
+def run_access(settings: ConsoleSettings) -> Callable[[Bus], RunAccess] | None:
+    """Where the buttons find WorkflowRuns, made on the console's bus: the API server in
+    Kubernetes mode, else None (the embedded store). Raises ``KubernetesUnavailable``
+    when Kubernetes mode finds no configuration."""
     if settings.source != "kubernetes":
         return None
     # Imported here so the embedded mode never loads the Kubernetes client.
@@ -339,7 +342,7 @@ def run_access(settings: ConsoleSettings, bus: Bus) -> RunAccess | None:
     api = api_client(
         kubeconfig=settings.kubeconfig, context=settings.kube_context, user_agent="plnt-console"
     )
-    return KubernetesRuns(
+    return lambda bus: KubernetesRuns(
         api=api, runs_bucket=bus.runs, request_timeout_s=settings.kube_request_timeout_s
     )
 
