@@ -2,16 +2,20 @@
 mirroring calls to the canary and publishing pairs, the promoter judging them, every
 service its own process."""
 
+import contextlib
 import copy
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from canary_load import Load
+from aiohttp import web
+from canary_load import LIVE_BODY, Load
 from stack_support import Client, publish_spec, run_document, workflow_named
 
 from plnt_cli.shadow import shadow_report
 from plnt_common.events import EventType
+from plnt_common.nats_server import free_port
 
 STABLE, CANARY = "1.0.0-g1", "2.0.0-g2"
 
@@ -98,3 +102,66 @@ async def test_a_canary_answering_otherwise_fails_its_shadow_phase_naming_the_fi
     assert (
         figures["examples"] and figures["examples"][0]["canary"] != figures["examples"][0]["stable"]
     )
+
+
+@contextlib.asynccontextmanager
+async def notification_sink() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A real HTTP endpoint standing for the email service: every POST it receives."""
+    received: list[dict[str, Any]] = []
+
+    async def post(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.json_response({"queued": True})
+
+    app = web.Application()
+    app.router.add_post("/notify", post)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/notify", received
+    finally:
+        await runner.cleanup()
+
+
+def notifying(name: str, version: str, url: str) -> dict[str, Any]:
+    """The example workflow, plus a step that POSTs the drafted reply to ``url``."""
+    document = workflow_named(name, version)
+    steps = document["spec"]["steps"]
+    steps.append(
+        {"id": "notify", "tool": "http.request", "deps": ["safety_check"], "with": {"url": url}}
+    )
+    return document
+
+
+async def test_a_side_effect_step_runs_once_per_live_call_and_never_for_a_mirrored_one(
+    client: Client, registry: Path
+) -> None:
+    """The flagship promise: a mirrored call reaches the canary's side-effect step, which
+    sends nothing (it answers its dry run), while the stable's live call sends as usual; the
+    intended calls still compare equal, so the phase passes on them."""
+    name = "shadow-effects"
+    async with notification_sink() as (url, received):
+        publish_spec(registry, notifying(name, "1.0.0", url))
+        publish_spec(registry, notifying(name, "2.0.0", url))
+        document = run_document(name, registry=registry)
+        await client.apply(document)
+        await client.wait_phase(name, "Ready")
+        endpoint = (await client.status(name))["endpoint"]
+        load = Load(endpoint, concurrency=4)
+        async with load.running():
+            await client.apply(
+                shadowed(
+                    document, percent=50, calls=12, maxDuration="60s", compare={"maxP95Ratio": 50}
+                )
+            )
+            body = await client.wait_phase(name, "Ready", generation=2, timeout_s=90)
+    figures = body["status"]["shadow"]
+    assert (figures["pairs"], figures["passed"]) == (12, True), figures
+    assert figures["toolCallDiffPercent"] == 0, figures
+    review = LIVE_BODY["review"]
+    live_posts = [p for p in received if p["input"].get("review") == review]
+    answered = [c for c in load.calls if c.status == 200]
+    # each answered live call sent exactly one notification: none for its 12+ mirrors
+    assert len(live_posts) == len(answered), (len(live_posts), len(answered))

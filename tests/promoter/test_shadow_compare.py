@@ -131,6 +131,24 @@ async def test_field_scores(stable: Any, canary: Any, expected: float) -> None:
     assert await score(reply("x", stable), reply("x", canary)) == pytest.approx(expected)
 
 
+async def test_a_dry_run_step_s_output_is_left_out_on_both_sides() -> None:
+    """A side-effect step in a shadow call answers its dry run, never what the live call's
+    service answered: that output says nothing of the version (the calls compare apart)."""
+    stable = {
+        "output": {"notify": {"queued": True, "id": "m-17"}, "queue": "billing"},
+        "reply": "x",
+        "steps": {"notify": {"output": {"queued": True, "id": "m-17"}}},
+    }
+    canary = {
+        "output": {"notify": {"status": 0, "dryRun": True}, "queue": "billing"},
+        "reply": "x",
+        "steps": {"notify": {"output": {"status": 0, "dryRun": True}, "dry_run": True}},
+    }
+    assert await score(stable, canary) == 1.0
+    changed = {**canary, "output": {**canary["output"], "queue": "refunds"}}
+    assert await score(stable, changed) == 0.0  # what the version decided still counts
+
+
 async def test_pairs_where_a_side_failed_are_not_scored() -> None:
     pairs = [pair(0, answer(reply("a")), answer(None, status=500))]
     assert await shadow_compare.score_pairs(pairs, TableScorer()) == {}

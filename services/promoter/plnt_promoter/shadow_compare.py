@@ -11,6 +11,9 @@ How a pair scores (0..1, 1: the same answer):
   ``1.0`` are equal, ``true`` and ``1`` are not); two strings their text similarity
   (1 when equal, without the model); a path on one side only 0. The pair's score is the
   mean over the paths (two empty outputs: 1).
+- The outputs of steps either side answered with their dry run (``steps.<id>.dry_run``:
+  a side-effect step in a shadow call) are left out: the side effects compare apart, by
+  tool and input.
 - Only pairs where both sides answered 2xx are scored; the others count in the error
   figure. A body that is not the runner's shape is compared whole, as above.
 
@@ -109,9 +112,30 @@ class _Plan:
     texts: tuple[tuple[str, str], ...]
 
 
+def _dry_run_steps(body: Any) -> set[str]:
+    """Steps that answered their dry run (``steps.<id>.dry_run``): a side-effect step in a
+    shadow call, whose output says nothing about the version that made the call."""
+    steps = body.get("steps") if isinstance(body, dict) else None
+    if not isinstance(steps, dict):
+        return set()
+    return {k for k, v in steps.items() if isinstance(v, dict) and v.get("dry_run") is True}
+
+
+def _without(body: Any, step_ids: set[str]) -> Any:
+    """``body`` with the outputs of ``step_ids`` left out of its ``output``."""
+    output = body.get("output") if isinstance(body, dict) else None
+    if not step_ids or not isinstance(output, dict):
+        return body
+    kept = {k: v for k, v in output.items() if k not in step_ids}
+    return {**body, "output": kept}
+
+
 def _plan(stable: Any, candidate: Any) -> _Plan:
-    structured, reference = _compared(stable)
-    other_structured, other = _compared(candidate)
+    # The side effects themselves are compared apart (``effects``): their dry answers are
+    # not the version's answer, on either side of the pair.
+    dry = _dry_run_steps(stable) | _dry_run_steps(candidate)
+    structured, reference = _compared(_without(stable, dry))
+    other_structured, other = _compared(_without(candidate, dry))
     if structured != other_structured:
         return _Plan(fixed=(0.0,), texts=())
     if not structured:
