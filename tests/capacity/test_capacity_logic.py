@@ -4,12 +4,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from plnt_common.capacity import Reservation, class_capacity, local_nodes, node_free
 from plnt_common.releases import DesiredRelease, ReleaseRole
 from plnt_common.resources import GpuClass
 from plnt_installer import capacity
 from plnt_installer.capacity import Refusal
+from plnt_installer.settings import InstallerSettings
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -185,3 +187,9 @@ def test_every_replica_needs_a_node(nodes: dict[str, int], replicas: int, fits: 
         hold_s=HOLD_S,
     )
     assert isinstance(decided, list) is fits
+
+
+def test_the_observation_interval_cannot_make_the_view_older_than_ten_seconds() -> None:
+    assert InstallerSettings(capacity_interval_s=10).capacity_interval_s == 10
+    with pytest.raises(ValidationError, match="less than or equal to 10"):
+        InstallerSettings(capacity_interval_s=11)

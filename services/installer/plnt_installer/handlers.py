@@ -130,6 +130,7 @@ class InstallerHandlers:
         """spec.pulled: install the canary, wait until it serves, publish canary.installed."""
         data: SpecPulled = event.payload()
         if not await self._may_install(event):
+            self._awaited.pop(event.sagaid, None)  # a Pending saga superseded or ended
             return
         backend = await self._choose_backend(event, data)
         if backend is None:
