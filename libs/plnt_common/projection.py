@@ -104,7 +104,9 @@ class RunProjection(BaseModel):
         description="The revision the last promotion replaced (kept at 0 % for keepPreviousFor).",
     )
     step_hold_s: float = Field(
-        default=0.0, description="Longest the canary step being held may take (its deadline)."
+        default=0.0,
+        description="Longest the canary step being held (or the shadow phase) may take: "
+        "the base of its deadline.",
     )
     gate_after_smoke: bool = Field(
         default=False,
@@ -498,6 +500,7 @@ def _shadow_started(current: _Draft, event: Envelope) -> dict[str, object]:
         f"verdict after {data.plan.calls} pairs"
     )
     return {
+        "step_hold_s": data.plan.max_duration_s,  # the phase's own length: its deadline's base
         "status": {
             "phase": Phase.SHADOWING,
             # mirrored calls only: the canary answers no caller while it is shadowed

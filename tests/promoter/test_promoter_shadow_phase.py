@@ -26,6 +26,7 @@ from plnt_common.events import (
     RunSnapshot,
     SmokeFigures,
     SmokeVerdict,
+    StepTimedOut,
     new_event,
 )
 from plnt_common.resources import WorkflowRunSpec
@@ -304,6 +305,25 @@ async def test_an_abort_while_shadowing_rolls_back_with_no_shadow_verdict(bus: B
     entry = await run.route_where(lambda e: e.canary is None, "the canary out")
     assert entry.shadow is None
     await run.publish_pairs(50)  # late pairs judge nothing: the phase ended
+    await asyncio.sleep(0.5)  # several checks' worth
+    counted = await run.counted()
+    assert EventType.SHADOW_PASSED not in counted and EventType.SHADOW_FAILED not in counted
+    assert counted[EventType.ROUTE_RESTORED] == 1
+
+
+async def test_a_shadow_phase_past_its_deadline_is_rolled_back_and_its_mirroring_ends(
+    bus: Bus,
+) -> None:
+    """The watcher's step.timed_out for Shadowing (a promoter away past maxDuration plus the
+    deadline's margin) takes the canary out and ends the mirroring, once."""
+    run = Run(bus, {"percent": 20, "calls": 50, "maxDuration": "30s"})
+    await shadowing(run)
+    timed_out = StepTimedOut(phase="Shadowing", deadline_s=150.0)
+    await run.bus.publish(run.event(EventType.STEP_TIMED_OUT, timed_out))
+    restored = await run.wait_for(EventType.ROUTE_RESTORED)
+    assert restored.payload().reason == "StepTimedOut"
+    entry = await run.route_where(lambda e: e.canary is None, "the canary out")
+    assert entry.shadow is None and entry.stable is not None
     await asyncio.sleep(0.5)  # several checks' worth
     counted = await run.counted()
     assert EventType.SHADOW_PASSED not in counted and EventType.SHADOW_FAILED not in counted

@@ -127,3 +127,13 @@ def test_a_paused_run_never_times_out_even_with_a_deadline_set() -> None:
     deadlines = {phase.value: 1.0 for phase in Phase}
     assert overdue_phase(at(Phase.PAUSED), now=NOW, deadlines=deadlines) is None
     assert overdue_phase(at(Phase.PROGRESSING), now=NOW, deadlines=deadlines) is not None
+
+
+def test_a_shadow_phase_is_overdue_only_past_its_max_duration_plus_the_margin() -> None:
+    deadlines = {Phase.SHADOWING.value: 120.0}
+    shadowing = at(Phase.SHADOWING).model_copy(
+        update={"step_hold_s": 600.0, "phase_since": NOW - timedelta(seconds=700)}
+    )
+    assert overdue_phase(shadowing, now=NOW, deadlines=deadlines) is None
+    late = shadowing.model_copy(update={"phase_since": NOW - timedelta(seconds=721)})
+    assert overdue_phase(late, now=NOW, deadlines=deadlines) == ("Shadowing", 720.0)

@@ -43,7 +43,12 @@ from plnt_promoter.step_hold import CHECK_S, check_step
 
 log = get_logger(__name__)
 SERVICE = "promoter"
-COMPENSATED_TIMEOUTS = {Phase.SMOKING.value, Phase.PROGRESSING.value, Phase.PROMOTING.value}
+COMPENSATED_TIMEOUTS = {
+    Phase.SMOKING.value,
+    Phase.SHADOWING.value,
+    Phase.PROGRESSING.value,
+    Phase.PROMOTING.value,
+}
 STEP_EVENTS = (EventType.CANARY_STEPPED, EventType.ANALYSIS_PASSED, EventType.ANALYSIS_FAILED)
 
 

@@ -91,8 +91,8 @@ def overdue_phase(
     if phase is Phase.PAUSED:
         return None  # the manual gate waits for a person (plnt promote or abort), not a clock
     deadline = deadlines.get(phase.value)
-    if deadline is not None and phase is Phase.PROGRESSING:
-        deadline += projection.step_hold_s  # a step's own length is the run's: its spec's
+    if deadline is not None and phase in (Phase.PROGRESSING, Phase.SHADOWING):
+        deadline += projection.step_hold_s  # a step's (or shadow's) own length: its spec's
     if deadline is None or projection.phase_since is None or not projection.saga_active:
         return None
     if phase in (Phase.DELETING,) or projection.deleting:

@@ -41,7 +41,8 @@ class WatcherSettings(CommonSettings):
         default=120.0,
         gt=0,
         description="Longest a canary step may run past its own hold (its stepInterval "
-        "plus the bounded wait for traffic): covers a promoter restart and redelivery.",
+        "plus the bounded wait for traffic), and a shadow phase past its maxDuration: "
+        "covers a promoter restart and redelivery.",
     )
     deadline_promoting_s: float = Field(
         default=60.0, gt=0, description="Longest a promotion may take."
@@ -123,5 +124,7 @@ class WatcherSettings(CommonSettings):
             "Installing": self.deadline_installing_s,
             "Smoking": self.deadline_smoking_s,
             "Progressing": self.deadline_progressing_s,
+            # past spec.canary.shadow.maxDuration (the promoter ends the phase by then)
+            "Shadowing": self.deadline_progressing_s,
             "Promoting": self.deadline_promoting_s,
         }
