@@ -24,6 +24,7 @@ nine missed (1,282 reads, 149 stale or absent), without them none."""
 EVERY_STREAM = {
     "PLNT_EVENTS",
     "PLNT_DEAD_LETTERS",
+    "PLNT_SHADOW",
     "KV_plnt-runs",
     "KV_plnt-routes",
     "KV_plnt-resources",
@@ -44,7 +45,7 @@ async def cluster_nc(nats_cluster: NatsCluster) -> AsyncIterator[Client]:
     await nc.close()
 
 
-READ_DIRECTLY = EVERY_STREAM - {"PLNT_DEAD_LETTERS", "OBJ_plnt-specs"}
+READ_DIRECTLY = EVERY_STREAM - {"PLNT_DEAD_LETTERS", "PLNT_SHADOW", "OBJ_plnt-specs"}
 """The streams read by direct gets while they have one replica."""
 
 
