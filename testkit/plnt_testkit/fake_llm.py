@@ -115,7 +115,7 @@ class FakeLLM:
     ``chunk_delay_s`` spaces streamed chunks. ``backlog`` is the listening socket's accept
     queue (aiohttp's default, 128, unless given: a benchmark opening 1,000 connections at
     once needs more). ``request_count`` counts chat requests
-    (including refused ones); ``received`` keeps the last 100 of them.
+    (including refused ones); ``received`` keeps the last ``keep`` of them (100 unless given).
     """
 
     def __init__(
@@ -129,6 +129,7 @@ class FakeLLM:
         chunk_delay_s: float = 0.0,
         models: Sequence[str] = ("fake-model",),
         backlog: int = 128,
+        keep: int = 100,
     ) -> None:
         self.latency_s = latency_s
         self.api_key = api_key
@@ -139,7 +140,7 @@ class FakeLLM:
         self.models = tuple(models)
         self.backlog = backlog
         self.request_count = 0
-        self.received: deque[ReceivedRequest] = deque(maxlen=100)
+        self.received: deque[ReceivedRequest] = deque(maxlen=keep)
         self._runner: web.AppRunner | None = None
         self._port = 0
 
