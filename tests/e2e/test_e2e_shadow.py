@@ -165,3 +165,30 @@ async def test_a_side_effect_step_runs_once_per_live_call_and_never_for_a_mirror
     answered = [c for c in load.calls if c.status == 200]
     # each answered live call sent exactly one notification: none for its 12+ mirrors
     assert len(live_posts) == len(answered), (len(live_posts), len(answered))
+
+
+async def test_a_canary_calling_its_side_effect_tool_otherwise_fails_on_the_tool_calls(
+    client: Client, registry: Path
+) -> None:
+    """Same answers, but the new version would notify another address: the intended calls
+    differ from the stable's by input, and the phase fails naming that figure."""
+    name = "shadow-other-effects"
+    async with notification_sink() as (url, received):
+        publish_spec(registry, notifying(name, "1.0.0", url))
+        publish_spec(registry, notifying(name, "2.0.0", f"{url}?to=everyone"))
+        document = run_document(name, registry=registry)
+        await client.apply(document)
+        await client.wait_phase(name, "Ready")
+        endpoint = (await client.status(name))["endpoint"]
+        async with Load(endpoint, concurrency=4).running():
+            await client.apply(
+                shadowed(
+                    document, percent=50, calls=12, maxDuration="60s", compare={"maxP95Ratio": 50}
+                )
+            )
+            body = await client.wait_phase(name, "RolledBack", generation=2, timeout_s=90)
+    figures = body["status"]["shadow"]
+    assert figures["passed"] is False and figures["toolCallDiffPercent"] > 2, figures
+    assert "tool calls differ in" in figures["reason"], figures["reason"]
+    assert body["status"]["revision"] == STABLE
+    assert not any("everyone" in str(p) for p in received)  # the canary never sent one
