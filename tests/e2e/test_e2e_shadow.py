@@ -70,7 +70,9 @@ async def test_a_canary_answering_as_the_stable_does_passes_its_shadow_phase_uns
         and wall + c.ended <= passed_at.timestamp()
     ]
     assert during, "no live call while shadowing"
-    assert {(c.status, c.revision) for c in during} == {(200, STABLE)}
+    # and none before it either: the smoke test's share is not taken from callers
+    before_verdict = [c for c in load.calls if wall + c.ended <= passed_at.timestamp()]
+    assert {(c.status, c.revision) for c in before_verdict} == {(200, STABLE)}
 
 
 async def test_a_canary_answering_otherwise_fails_its_shadow_phase_naming_the_figure(
@@ -191,4 +193,6 @@ async def test_a_canary_calling_its_side_effect_tool_otherwise_fails_on_the_tool
     assert figures["passed"] is False and figures["toolCallDiffPercent"] > 2, figures
     assert "tool calls differ in" in figures["reason"], figures["reason"]
     assert body["status"]["revision"] == STABLE
-    assert not any("everyone" in str(p) for p in received)  # the canary never sent one
+    # the canary sent only for its smoke test (direct calls, not mirrored): never a live input
+    from_canary = [p for p in received if "everyone" in p["with"]["url"]]
+    assert from_canary and all(p["input"] != LIVE_BODY for p in from_canary)

@@ -170,13 +170,18 @@ class PromoterHandlers:
         # a superseded saga's restore rewrites the route: the update reads it again
         read = None if await self._control.supersede_waiting(event, route) else route
 
+        plan = data.run.spec.canary
+        # A shadowed canary takes no live call before its shadow phase passes, the smoke
+        # test included: it answers only its own smoke calls and the mirrored ones.
+        weight = 0 if plan.shadowed else plan.traffic_percent
+
         def add(entry: RouteEntry | None) -> RouteEntry | None:
             return logic.with_canary(
                 entry,
                 namespace=event.namespace,
                 name=event.name,
                 canary=canary,
-                traffic_percent=data.run.spec.canary.traffic_percent,
+                traffic_percent=weight,
                 endpoint=self._endpoint(event),
             )
 
