@@ -507,7 +507,7 @@ def _shadow_started(current: _Draft, event: Envelope) -> dict[str, object]:
             "canary": CanaryStatus(revision=data.canary.revision, traffic_percent=0),
             "shadow": data.figures,
             "message": message,
-        }
+        },
     }
 
 
