@@ -164,15 +164,87 @@ class WorkflowRef(_Model):
 
 
 class BackendSelection(_Model):
-    cluster: str = Field(description="Name of the PlntBackend to deploy onto.")
+    cluster: str | None = Field(
+        default=None,
+        description="Name of the PlntBackend to deploy onto; leave out with spec.placement.",
+    )
     gpu_class: str | None = Field(default=None, alias="gpuClass")
     gpu_count: int = Field(default=0, ge=0, le=16, alias="gpuCount")
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
 
     @field_validator("cluster")
     @classmethod
-    def _cluster_is_label(cls, value: str) -> str:
-        return check_dns_label(value, what="backend cluster")
+    def _cluster_is_label(cls, value: str | None) -> str | None:
+        return None if value is None else check_dns_label(value, what="backend cluster")
+
+
+class LabelSelectorRequirement(_Model):
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> "LabelSelectorRequirement":
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(_Model):
+    """A Kubernetes label selector; empty selects everything."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, alias="matchExpressions"
+    )
+
+
+PLACEMENT_SPREAD_UNSUPPORTED = "spec.placement.spread above 1 is not supported yet"
+FAILOVER_NOT_ACTED_ON = (
+    "failover is not acted on yet: a lost backend's runs stop answering until it returns"
+    " (docs/multi-cluster.md)"
+)
+
+
+class Placement(_Model):
+    """Where a run may go, over several PlntBackends (DESIGN.md section 13)."""
+
+    backends: tuple[str, ...] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=32,
+        description="PlntBackend names in order of preference.",
+    )
+    selector: LabelSelector | None = Field(
+        default=None, description="PlntBackends by label, taken in name order."
+    )
+    spread: int = Field(
+        default=1, ge=1, le=32, description="How many backends run the runner at once."
+    )
+    failover: bool = Field(
+        default=False, description="Serving moves to the next backend on loss (not acted on yet)."
+    )
+
+    @field_validator("backends")
+    @classmethod
+    def _backends_are_labels(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        for name in value:
+            check_dns_label(name, what="placement backend")
+        if len(set(value)) != len(value):
+            raise ValueError("spec.placement.backends names a backend twice")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_to_choose(self) -> "Placement":
+        if (self.backends is None) == (self.selector is None):
+            raise ValueError("spec.placement needs exactly one of backends and selector")
+        if self.spread > 1:
+            raise ValueError(PLACEMENT_SPREAD_UNSUPPORTED)
+        return self
 
 
 class Replicas(_Model):
@@ -433,13 +505,29 @@ class Rollback(_Model):
 
 class WorkflowRunSpec(_Model):
     workflow: WorkflowRef
-    backend: BackendSelection
+    backend: BackendSelection = Field(default_factory=BackendSelection)
+    placement: Placement | None = None
     replicas: Replicas = Field(default_factory=Replicas)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     canary: Canary = Field(default_factory=Canary)
     smoke_test: SmokeTest = Field(default_factory=SmokeTest, alias="smokeTest")
     guard: Guard | None = None
     rollback: Rollback = Field(default_factory=Rollback)
+
+    @model_validator(mode="after")
+    def _one_way_to_place(self) -> "WorkflowRunSpec":
+        if self.placement is not None and self.backend.cluster is not None:
+            raise ValueError("spec.backend.cluster and spec.placement exclude each other: give one")
+        if self.placement is None and self.backend.cluster is None:
+            raise ValueError("spec.backend.cluster or spec.placement is required")
+        return self
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The named backends in order of preference (empty for a selector placement)."""
+        if self.placement is None:
+            return (self.backend.cluster,) if self.backend.cluster else ()
+        return self.placement.backends or ()
 
     @model_validator(mode="after")
     def _guard_has_a_revision_to_revert_to(self) -> "WorkflowRunSpec":
@@ -561,6 +649,15 @@ TRACE_ID_PATTERN = r"^[0-9a-f]{32}$"
 """A W3C trace id: 32 lowercase hex digits."""
 
 
+class PlacementEntry(_Observed):
+    """Where one backend stands for the run (DESIGN.md section 13)."""
+
+    backend: str
+    state: Literal["Serving", "Installing", "Skipped", "Lost"]
+    reason: str = ""
+    replicas: int = 0
+
+
 class WorkflowRunStatus(_Observed):
     phase: Phase = Phase.PENDING
     observed_generation: int = Field(default=0, alias="observedGeneration")
@@ -582,6 +679,7 @@ class WorkflowRunStatus(_Observed):
         description="The OpenTelemetry trace of the current saga; None: tracing is off.",
     )
     message: str = ""
+    placement: tuple[PlacementEntry, ...] = ()
 
 
 class WorkflowRun(_Model):
@@ -659,29 +757,6 @@ class LlmEndpoint(_Model):
         alias="structuredOutputs",
         description="The endpoint takes OpenAI response_format of type json_schema: steps "
         "that ask for JSON send their schema there rather than in the system message.",
-    )
-
-
-class LabelSelectorRequirement(_Model):
-    key: str = Field(min_length=1)
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _values_fit_operator(self) -> "LabelSelectorRequirement":
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs values")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
-        return self
-
-
-class LabelSelector(_Model):
-    """A Kubernetes label selector; empty selects everything."""
-
-    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
-    match_expressions: list[LabelSelectorRequirement] = Field(
-        default_factory=list, alias="matchExpressions"
     )
 
 

@@ -37,6 +37,13 @@ GUARD_NEEDS_KEEP = (
     " >= duration(has(self.guard.window) ? self.guard.window : '5m'))"
 )
 
+PLACEMENT_EXCLUDES_CLUSTER = (
+    "!(has(self.placement) && has(self.backend) && has(self.backend.cluster))"
+)
+PLACEMENT_OR_CLUSTER = "has(self.placement) || (has(self.backend) && has(self.backend.cluster))"
+PLACEMENT_ONE_WAY = "has(self.backends) != has(self.selector)"
+PLACEMENT_SPREAD_ONE = "!has(self.spread) || self.spread <= 1"
+
 
 def _named(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {}}
@@ -164,6 +171,22 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
     THRESHOLD_NEEDS_REFERENCE: (
         [{"similarTo": "x", "minSimilarity": 0.5}, {"similarTo": "x"}, {"contains": ["x"]}],
         [{"minSimilarity": 0.5}, {"contains": ["x"], "minSimilarity": 0.9}],
+    ),
+    PLACEMENT_EXCLUDES_CLUSTER: (
+        [{"placement": {"backends": ["a"]}}, {"backend": {"cluster": "a"}}, {"backend": {}}],
+        [{"placement": {"backends": ["a"]}, "backend": {"cluster": "b"}}],
+    ),
+    PLACEMENT_OR_CLUSTER: (
+        [{"placement": {"backends": ["a"]}}, {"backend": {"cluster": "a"}}],
+        [{}, {"backend": {}}, {"backend": {"gpuCount": 1}}],
+    ),
+    PLACEMENT_ONE_WAY: (
+        [{"backends": ["a"]}, {"selector": {"matchLabels": {"tier": "gpu"}}}],
+        [{}, {"backends": ["a"], "selector": {"matchLabels": {"tier": "gpu"}}}],
+    ),
+    PLACEMENT_SPREAD_ONE: (
+        [{"backends": ["a"]}, {"backends": ["a"], "spread": 1}],
+        [{"backends": ["a", "b"], "spread": 2}],
     ),
 }
 

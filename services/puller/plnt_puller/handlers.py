@@ -16,7 +16,13 @@ from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
 from plnt_common.code_archive import MAX_ARCHIVE_BYTES
-from plnt_common.errors import SpecInvalid, SpecNotFound
+from plnt_common.errors import (
+    BackendNotAllowed,
+    BackendUnavailable,
+    PlntError,
+    SpecInvalid,
+    SpecNotFound,
+)
 from plnt_common.events import (
     Envelope,
     EventType,
@@ -65,7 +71,7 @@ class PullHandler:
         """
         run = _requested_run(event)
         # Reading the spec and the backend changes nothing: start them with the saga check.
-        reads = asyncio.gather(self._fetch(run), self.backends.get(run.spec.backend.cluster))
+        reads = asyncio.gather(self._fetch(run), self._first_candidate(run))
         async with discarded_on_error(reads):
             state = await observe_saga(self.bus, event)
         gate = logic.saga_gate(
@@ -140,11 +146,7 @@ class PullHandler:
         logic.verify_signature(raw=raw, signature=signature, verify=ref.verify)
         digest = logic.verify_integrity(raw=raw, pinned=ref.integrity_hash)
         workflow = logic.validate_spec(raw=raw, name=ref.name, version=ref.version)
-        selection = run.spec.backend
-        checked = logic.check_backend(
-            name=selection.cluster, backend=backend, gpu_class=selection.gpu_class
-        )
-        await self._check_allowed(run, selection.cluster, checked, workflow.spec.runtime.image)
+        name, checked = await self._choose_backend(run, backend, workflow.spec.runtime.image)
         if workflow.spec.runtime.code is not None:
             await self._pull_code(run, workflow.spec.runtime.code, logins)
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
@@ -156,9 +158,41 @@ class PullHandler:
             run=run,
             digest=digest,
             workflow=workflow,
-            backend_name=selection.cluster,
+            backend_name=name,
             backend=checked,
         )
+
+    async def _first_candidate(self, run: RunSnapshot) -> PlntBackendSpec | None:
+        candidates = run.spec.candidates
+        return await self.backends.get(candidates[0]) if candidates else None
+
+    async def _choose_backend(
+        self, run: RunSnapshot, first: PlntBackendSpec | None, image: str
+    ) -> tuple[str, PlntBackendSpec]:
+        """The first candidate (spec.backend.cluster, or spec.placement.backends in order)
+        that exists, offers the GPU class and allows the run; each one passed over adds a
+        one-line reason. None fits: the last refusal's error, naming every reason."""
+        candidates = run.spec.candidates
+        if not candidates:
+            raise BackendUnavailable(
+                "spec.placement.selector is not resolved yet: name the PlntBackends in"
+                " spec.placement.backends"
+            )
+        gpu_class = run.spec.backend.gpu_class
+        refusals: list[PlntError] = []
+        for index, name in enumerate(candidates):
+            backend = first if index == 0 else await self.backends.get(name)
+            try:
+                checked = logic.check_backend(name=name, backend=backend, gpu_class=gpu_class)
+                await self._check_allowed(run, name, checked, image)
+            except (BackendUnavailable, BackendNotAllowed) as exc:
+                refusals.append(exc)
+                continue
+            return name, checked
+        if len(refusals) == 1:
+            raise refusals[0]
+        reasons = "; ".join(f"{exc.reason}: {exc}" for exc in refusals)
+        raise type(refusals[-1])(f"no backend of spec.placement fits: {reasons}")
 
     async def _check_allowed(
         self, run: RunSnapshot, name: str, backend: PlntBackendSpec, image: str

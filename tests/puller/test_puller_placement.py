@@ -1,0 +1,95 @@
+"""``spec.placement.backends``: the puller walks the candidates in order of preference and
+resolves the first that exists, offers the run's GPU class and allows the run; each one
+passed over is named with its reason when none fits."""
+
+from typing import Any
+
+from puller_support import (
+    BACKEND,
+    H100,
+    VERSION,
+    WORKFLOW,
+    FileSource,
+    PullerUnderTest,
+    workflow_yaml,
+)
+
+from plnt_common.events import EventType, RunFailed, RunSnapshot, SpecPulled
+from plnt_common.resource_store import ResourceStore
+from plnt_common.resources import WorkflowRunSpec, parse_resource
+from plnt_common.status import Reason
+
+OTHER = "gpu-west"
+
+
+def placed_run(*, registry: str, backends: list[str]) -> RunSnapshot:
+    spec = WorkflowRunSpec.model_validate(
+        {
+            "workflow": {"ref": f"{WORKFLOW}@{VERSION}", "registry": registry},
+            "backend": {"gpuClass": H100, "gpuCount": 2},
+            "placement": {"backends": backends},
+        }
+    )
+    return RunSnapshot(namespace="default", name="placed", uid="uid-p", generation=1, spec=spec)
+
+
+async def apply_backend(puller: PullerUnderTest, name: str, **spec: Any) -> None:
+    resource = {
+        "apiVersion": "plnt.work/v1",
+        "kind": "PlntBackend",
+        "metadata": {"name": name},
+        "spec": {"type": "local", "gpuClasses": {H100: {"resourceName": "nvidia.com/gpu"}}, **spec},
+    }
+    await ResourceStore(puller.bus).apply(parse_resource(resource))
+
+
+async def outcome_of(puller: PullerUnderTest, run: RunSnapshot) -> Any:
+    outcome = await puller.outcome(await puller.request(run))
+    return outcome.event_type, outcome.payload()
+
+
+async def test_the_first_candidate_that_exists_gets_the_run_in_order_of_preference(
+    puller: PullerUnderTest, file_source: FileSource
+) -> None:
+    await apply_backend(puller, OTHER)
+    file_source.publish(workflow_yaml())
+
+    kind, pulled = await outcome_of(
+        puller, placed_run(registry=file_source.url, backends=["gpu-gone", OTHER, BACKEND])
+    )
+
+    assert kind is EventType.SPEC_PULLED, pulled
+    assert isinstance(pulled, SpecPulled)
+    assert pulled.backend_name == OTHER
+
+
+async def test_a_refusing_candidate_is_passed_over_for_the_next(
+    puller: PullerUnderTest, file_source: FileSource
+) -> None:
+    await apply_backend(puller, OTHER, allowedImages=["registry.internal/"])
+    file_source.publish(workflow_yaml())
+
+    kind, pulled = await outcome_of(
+        puller, placed_run(registry=file_source.url, backends=[OTHER, BACKEND])
+    )
+
+    assert kind is EventType.SPEC_PULLED, pulled
+    assert pulled.backend_name == BACKEND
+
+
+async def test_no_candidate_fits_fails_naming_each_backends_reason(
+    puller: PullerUnderTest, file_source: FileSource
+) -> None:
+    await apply_backend(puller, OTHER, allowedImages=["registry.internal/"])
+    file_source.publish(workflow_yaml())
+
+    kind, failure = await outcome_of(
+        puller, placed_run(registry=file_source.url, backends=["gpu-gone", OTHER])
+    )
+
+    assert kind is EventType.RUN_FAILED, failure
+    assert isinstance(failure, RunFailed)
+    assert failure.reason is Reason.BACKEND_NOT_ALLOWED, failure
+    assert "BackendUnavailable: PlntBackend 'gpu-gone' not found" in failure.message
+    assert f"BackendNotAllowed: PlntBackend '{OTHER}' allows images" in failure.message
+    assert "\n" not in failure.message
