@@ -195,7 +195,17 @@ def test_the_documented_kubectl_session_installs_rolls_out_and_removes_a_workflo
 
     # kubectl get wr: every printer column of the CRD, the phase and the revision
     header, row = columns(kubectl.ok("get", "wr", "-n", NAMESPACE))
-    assert header == ["NAME", "PHASE", "REVISION", "CANARY %", "STEP", "SERVING", "ENDPOINT", "AGE"]
+    assert header == [
+        "NAME",
+        "PHASE",
+        "REVISION",
+        "CANARY %",
+        "STEP",
+        "SERVING",
+        "BACKENDS",
+        "ENDPOINT",
+        "AGE",
+    ]
     assert row[:3] == [RUN, "Ready", "1.0.0-g1"], row
     assert row[-2].endswith(f"/namespaces/{NAMESPACE}/workflows/{RUN}/invoke"), row
 

@@ -238,6 +238,8 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
         lines = await with_session(nats, lambda s: commands.apply(s, args.resources))
         for line in lines:
             say(line)
+        for warning in commands.apply_warnings(args.resources):
+            tell(warning)
     elif command == "get":
         say(
             await with_session(

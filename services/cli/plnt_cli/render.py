@@ -48,13 +48,26 @@ def workflowrun_rows(objects: list[dict[str, Any]]) -> str:
                 status.get("revision") or "-",
                 f"{percent}%" if canary.get("revision") else "-",
                 canary.get("step") or "-",
+                serving_backends(status),
                 status.get("endpoint") or "-",
                 age(body["metadata"].get("creationTimestamp")),
             ]
         )
     return table(
-        ["NAME", "PHASE", "SERVING", "REVISION", "CANARY", "STEP", "ENDPOINT", "AGE"], rows
+        ["NAME", "PHASE", "SERVING", "REVISION", "CANARY", "STEP", "BACKENDS", "ENDPOINT", "AGE"],
+        rows,
     )
+
+
+def serving_backends(status: dict[str, Any]) -> str:
+    """The backends of status.placement in state Serving, comma-separated; "-" for none
+    (as kubectl's BACKENDS column, from the same entries)."""
+    names = [
+        entry.get("backend", "")
+        for entry in status.get("placement") or ()
+        if isinstance(entry, dict) and entry.get("state") == "Serving"
+    ]
+    return ",".join(n for n in names if n) or "-"
 
 
 def serving(status: dict[str, Any]) -> str:
