@@ -46,6 +46,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FINAL_PHASES = {"Ready", "RolledBack", "Failed"}
 VERSIONS = ("1.0.0", "2.0.0", "3.0.0")
 MIN_FAULTS = 4
+FAULTS_WITHIN_S = 120.0
+"""Longest the soak waits for every kind of fault after its last write."""
 BROKEN = "3.0.0"
 """A version whose runner fails every call: its canary is rolled back."""
 BROKEN_ENDS = {"RolledBack", "Failed"}
@@ -238,7 +240,10 @@ class Soak:
                     percent = self.random.choice((5, 10, 20, 50))
                     await self._apply(store, name, registry, version, percent)
                 await asyncio.sleep(self.random.uniform(0.05, 0.25))
-            await self.enough_faults.wait()  # a short soak still sees a server restart
+            # a short soak still sees a server restart and every kind killed; bounded, so a
+            # kind that is never found to kill shows in the report instead of hanging
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.enough_faults.wait(), timeout=FAULTS_WITHIN_S)
         finally:
             chaos.cancel()
 
@@ -283,10 +288,9 @@ class Soak:
                 if self._kill_nats():
                     self.report.nats_restarts += 1
                 continue
+            processes = [*self.supervisor.services(), *self.supervisor.local_backends().values()]
             candidates = [
-                s
-                for s in self.supervisor.services()
-                if s.process is not None and kind_of(s.name) in KILLED_KINDS
+                s for s in processes if s.process is not None and kind_of(s.name) in KILLED_KINDS
             ]
             if candidates:
                 # the least killed kind first: a short soak still kills every kind
@@ -406,8 +410,8 @@ class Soak:
             prefix, _, release = key.split(".", 2)
             if prefix in (DESIRED_PREFIX, OBSERVED_PREFIX) and _run_of(release) not in alive:
                 self.report.orphans.append(f"release {key}")
-        root = self.data_dir / "local-backend" / "releases" / "default"
-        for release_dir in root.iterdir() if root.exists() else []:
+        release_dirs = self.supervisor.local_backend_root.glob("*/releases/default/*")
+        for release_dir in release_dirs:
             pid_file = release_dir / "runner.pid"
             if not pid_file.exists() or _run_of(release_dir.name) in alive:
                 continue
@@ -430,7 +434,9 @@ class Soak:
 
 
 def kind_of(process_name: str) -> str:
-    """``installer-2`` -> ``installer``; ``local-backend`` stays itself."""
+    """``installer-2`` -> ``installer``; ``local-backend-<backend>`` -> ``local-backend``."""
+    if process_name.startswith("local-backend"):
+        return "local-backend"
     return process_name if process_name in KILLED_KINDS else process_name.rsplit("-", 1)[0]
 
 
