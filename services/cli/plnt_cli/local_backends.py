@@ -27,12 +27,12 @@ log = get_logger(__name__)
 BACKEND_KEYS = f"{PLURALS['PlntBackend']}.{CLUSTER_SCOPE}.*"
 
 
-def backends_to_run(
-    *, applied: Collection[str], with_releases: Collection[str], running: Collection[str]
-) -> set[str]:
-    """Every applied `local` PlntBackend, and a deleted one still running while a desired
-    release remains on it (its runners are torn down by its own process first)."""
-    return set(applied) | (set(running) & set(with_releases))
+def backends_to_run(*, applied: Collection[str], with_releases: Collection[str]) -> set[str]:
+    """Every applied `local` PlntBackend, and every backend a desired release names: one the
+    stack does not store (the PlntBackends are read from a Kubernetes API), or a deleted one
+    whose runners its own process must tear down first. Only the installer's local
+    releases are desired records, so no other type of backend gets a process."""
+    return set(applied) | {name for name in with_releases if name}
 
 
 class LocalBackendsWatch:

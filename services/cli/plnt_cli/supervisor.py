@@ -249,11 +249,7 @@ class Supervisor:
         watch = self._backends_watch
         if watch is None:
             return []
-        wanted = backends_to_run(
-            applied=watch.applied(),
-            with_releases=watch.with_releases(),
-            running=self._local_backends.keys(),
-        )
+        wanted = backends_to_run(applied=watch.applied(), with_releases=watch.with_releases())
         for name in sorted(wanted - self._local_backends.keys()):
             label = f"{LOCAL_BACKEND}-{name}"
             process = ManagedProcess(
