@@ -116,6 +116,7 @@ def test_workflowrun_names_scope_and_columns() -> None:
         "Step": ("string", ".status.canary.step"),
         "Serving": ("string", '.status.conditions[?(@.type=="Serving")].status'),
         "Endpoint": ("string", ".status.endpoint"),
+        "Backends": ("string", '.status.placement[?(@.state=="Serving")].backend'),
         "Age": ("date", ".metadata.creationTimestamp"),
     }
 
