@@ -411,6 +411,10 @@ def test_a_table_of_workflow_runs_has_name_then_every_printer_column(
                         "lastTransitionTime": "2026-12-01T00:00:00Z",
                     },
                 ],
+                "placement": [
+                    {"backend": "gpu-west", "state": "Skipped", "reason": "NoCapacity: full"},
+                    {"backend": "gpu-east", "state": "Serving", "replicas": 1},
+                ],
             }
         },
         **{"Content-Type": "application/merge-patch+json"},
@@ -420,10 +424,13 @@ def test_a_table_of_workflow_runs_has_name_then_every_printer_column(
     one = http.json("GET", f"{RUNS_PATH}/a?includeObject=Object", Accept=TABLE)
 
     names = [c["name"] for c in table["columnDefinitions"]]
-    assert names == ["Name", "Phase", "Revision", "Canary %", "Step", "Serving", "Endpoint", "Age"]
+    assert names == [
+        "Name", "Phase", "Revision", "Canary %", "Step", "Serving", "Backends", "Endpoint", "Age",
+    ]  # fmt: skip
     cells = table["rows"][0]["cells"]
     assert cells[:6] == ["a", "Ready", "1.0.0-g1", 0, None, "False"]
-    assert cells[7].endswith("s")  # an age, as the server renders date columns
+    assert cells[6] == "gpu-east"  # the filter keeps the Serving entries only
+    assert cells[8].endswith("s")  # an age, as the server renders date columns
     assert table["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
     assert one["rows"][0]["object"]["spec"]["workflow"]["ref"] == "demo@1.0.0"
 
