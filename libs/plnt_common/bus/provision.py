@@ -176,6 +176,20 @@ async def _provision(
     await _ensure_object_store(js, replicas, limits, version)
 
 
+async def _created(js: JetStreamContext, config: api.StreamConfig) -> bool:
+    """Create the stream unless it exists; True when this call created it (False also when a
+    concurrent starter did a moment ago: the caller merges its configuration instead)."""
+    try:
+        await js.stream_info(config.name or "")
+    except NotFoundError:
+        try:
+            await js.add_stream(config)
+            return True
+        except BadRequestError:  # a concurrent starter created it first
+            pass
+    return False
+
+
 def _unlimited(value: float | None) -> bool:
     """NATS spells 'no limit' 0 for an age and -1 for a size."""
     return value is None or value <= 0
@@ -345,14 +359,8 @@ async def _ensure_stream(
         allow_direct=direct_reads(replicas or 1),
         metadata={WRITER_KEY: version},
     )
-    try:
-        await js.stream_info(subjects.STREAM)
-    except NotFoundError:
-        try:
-            await js.add_stream(config)
-            return
-        except BadRequestError:  # a concurrent starter created it first
-            pass
+    if await _created(js, config):
+        return
     await _merge(
         js,
         subjects.STREAM,
@@ -413,14 +421,8 @@ async def _ensure_shadow_stream(
         num_replicas=replicas or 1,
         metadata={WRITER_KEY: version},
     )
-    try:
-        await js.stream_info(subjects.SHADOW_STREAM)
-    except NotFoundError:
-        try:
-            await js.add_stream(config)
-            return
-        except BadRequestError:  # a concurrent starter created it first
-            pass
+    if await _created(js, config):
+        return
     await _merge(
         js,
         subjects.SHADOW_STREAM,
