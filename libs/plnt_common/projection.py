@@ -103,6 +103,12 @@ class RunProjection(BaseModel):
         default="",
         description="The revision the last promotion replaced (kept at 0 % for keepPreviousFor).",
     )
+    saga_traceparent: str = Field(
+        default="",
+        description="The traceparent the saga's opening event was published with: events "
+        "published outside any step (a deadline, an operator's request) continue the saga's "
+        "trace from it. Empty while tracing is off.",
+    )
     step_hold_s: float = Field(
         default=0.0,
         description="Longest the canary step being held (or the shadow phase) may take: "
@@ -129,6 +135,14 @@ class RunProjection(BaseModel):
         )
 
 
+def trace_id_of(traceparent: str) -> str:
+    """The trace id (32 hex digits) a version-00 ``traceparent`` names; "" for any other."""
+    parts = traceparent.split("-")
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or parts[1] == "0" * 32:
+        return ""
+    return parts[1] if all(c in "0123456789abcdef" for c in parts[1]) else ""
+
+
 def run_key(namespace: str, name: str) -> str:
     """The run's key in ``plnt-runs``: ``<namespace>.<name>``."""
     return f"{namespace}.{name}"
@@ -153,7 +167,9 @@ class ProjectionFold:
     def __init__(self) -> None:
         self._drafts: dict[str, _Draft] = {}
 
-    def add(self, event: Envelope) -> None:
+    def add(self, event: Envelope, *, traceparent: str = "") -> None:
+        """Fold ``event``; ``traceparent``: the header it was stored with (see
+        ``apply_event``)."""
         namespace, name = event.namespace, event.name
         key = run_key(namespace, name)
         draft = self._drafts.get(key)
@@ -164,7 +180,7 @@ class ProjectionFold:
             # defaults) for every run cost a sixth of the fold
             opened = _EMPTY.model_copy(update={"namespace": namespace, "name": name})
             draft = self._drafts[key] = _Draft(opened)
-        draft.apply(event)
+        draft.apply(event, traceparent=traceparent)
         if draft.removed:
             del self._drafts[key]
 
@@ -172,11 +188,14 @@ class ProjectionFold:
         return {key: draft.build() for key, draft in self._drafts.items()}
 
 
-def apply_event(current: RunProjection, event: Envelope, *, trace_id: str = "") -> RunProjection:
+def apply_event(
+    current: RunProjection, event: Envelope, *, traceparent: str = ""
+) -> RunProjection:
     """The projection after ``event``: pure, idempotent and independent of arrival order.
 
-    ``trace_id``: the trace the watcher handled ``event`` in; an opening event's names the
-    saga's trace (``status.traceId``). Replay passes none: the stream does not keep it.
+    ``traceparent``: the W3C header ``event`` was published with. An opening event's names
+    the saga's trace (``status.traceId``) and is kept as ``saga_traceparent``; the watcher
+    and replay pass the same one (the stream stores the header).
 
     Within a saga each field (status field, condition, projection field) keeps the value
     of the event with the highest (step rank, event time) that set it, so a late or
@@ -184,7 +203,7 @@ def apply_event(current: RunProjection, event: Envelope, *, trace_id: str = "") 
     folding a saga's events in any order gives the same projection as the stream order.
     """
     draft = _Draft(current)
-    return draft.build() if draft.apply(event, trace_id=trace_id) else current
+    return draft.build() if draft.apply(event, traceparent=traceparent) else current
 
 
 class _ConditionUpdate(NamedTuple):
@@ -222,7 +241,7 @@ class _Draft:
     def removed(self) -> bool:
         return bool(self.updates.get("removed", self.origin.removed))
 
-    def apply(self, event: Envelope, *, trace_id: str = "") -> bool:
+    def apply(self, event: Envelope, *, traceparent: str = "") -> bool:
         """Fold ``event`` in; False when it changes nothing (an older saga, a second end)."""
         event_type = event.event_type
         rank = STEP_RANK[event_type]
@@ -266,8 +285,9 @@ class _Draft:
             self.rank = rank
         status_updates["saga_id"] = sagaid
         status_updates["observed_generation"] = event.generation
-        if trace_id and event_type in OPENING_EVENTS:  # the trace the watcher started
-            status_updates["trace_id"] = trace_id
+        if event_type in OPENING_EVENTS and (trace_id := trace_id_of(traceparent)):
+            status_updates["trace_id"] = trace_id  # the trace the watcher started
+            updates["saga_traceparent"] = traceparent
         return True
 
     def build(self) -> RunProjection:
@@ -307,7 +327,10 @@ class _Draft:
         self.conditions = ()
         self.condition_updates.clear()
         self.updates.update(
-            saga_id=event.sagaid, generation=event.generation, gate_after_smoke=False
+            saga_id=event.sagaid,
+            generation=event.generation,
+            gate_after_smoke=False,
+            saga_traceparent="",
         )
         self.status_updates.update(
             canary=_NO_CANARY,

@@ -144,6 +144,12 @@ def activate(span: Span) -> object:
     return context.attach(trace.set_span_in_context(span))
 
 
+def activate_remote(traceparent: str) -> object:
+    """Make the remote span ``traceparent`` names the current parent; returns the token
+    ``deactivate`` takes."""
+    return context.attach(extract({TRACEPARENT: traceparent}))
+
+
 def deactivate(token: object) -> None:
     context.detach(token)  # type: ignore[arg-type]
 
@@ -167,17 +173,22 @@ def inject(headers: MutableMapping[str, str], context: Context | None = None) ->
 
 def traceparent(span: Span) -> str:
     """The W3C ``traceparent`` naming ``span``: ``00-<trace id>-<span id>-<flags>``."""
-    ctx = span.get_span_context()
+    return _formatted(span.get_span_context())
+
+
+def _formatted(ctx: trace.SpanContext) -> str:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
-def current_trace_id() -> str:
-    """The current span's trace id as 32 hex digits; ``""`` while tracing is off or no span
-    is current."""
+def parent_traceparent() -> str:
+    """The ``traceparent`` of the current span's parent (for a message handler's span: the
+    header the message came with); ``""`` while tracing is off or there is none."""
     if not ENABLED:
         return ""
-    ctx = trace.get_current_span().get_span_context()
-    return f"{ctx.trace_id:032x}" if ctx.is_valid else ""
+    parent = getattr(trace.get_current_span(), "parent", None)  # SDK spans only
+    if parent is None or not parent.is_valid:
+        return ""
+    return _formatted(parent)
 
 
 def exemplar() -> dict[str, str] | None:
@@ -189,6 +200,14 @@ def exemplar() -> dict[str, str] | None:
     if not ctx.is_valid or not ctx.trace_flags.sampled:
         return None
     return {"trace_id": f"{ctx.trace_id:032x}"}
+
+
+def exemplar_of(traceparent: str) -> dict[str, str] | None:
+    """``exemplar()`` for the span a ``traceparent`` of ours names, without making it current:
+    None unless its flags say sampled."""
+    if not traceparent.endswith("1"):
+        return None
+    return {"trace_id": traceparent[3:35]}
 
 
 def annotate(attributes: Mapping[str, Any]) -> None:

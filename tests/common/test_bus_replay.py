@@ -68,12 +68,14 @@ def serialised(projections: dict[str, RunProjection]) -> dict[str, bytes]:
     return {key: projection.model_dump_json().encode() for key, projection in projections.items()}
 
 
-def stored_as(events: list[Envelope]) -> list[tuple[str, bytes]]:
-    """(subject, payload) of each of ``events`` as ``store_histories`` stored them."""
+def stored_as(events: list[Envelope]) -> list[tuple[str, bytes, str]]:
+    """(subject, payload, traceparent) of each of ``events`` as ``store_histories`` stored
+    them (untraced)."""
     return [
         (
             subjects.event_subject(e.event_type, e.namespace, e.name),
             e.model_dump_json().encode(),
+            "",
         )
         for e in events
     ]
@@ -244,7 +246,7 @@ async def test_a_worker_that_dies_fails_the_replay_naming_it_and_leaves_the_buck
     await bus.runs.put("ns-0.kept", b"{}")
     real_add = ProjectionFold.add
 
-    def dying_add(fold: ProjectionFold, event: Envelope) -> None:
+    def dying_add(fold: ProjectionFold, event: Envelope, traceparent: str = "") -> None:
         if event.namespace == "ns-3":
             os._exit(7)  # the worker holding ns-3's runs dies mid-fold (the OOM killer, say)
         real_add(fold, event)
@@ -271,7 +273,7 @@ async def test_a_worker_that_fails_fails_the_replay_with_its_error(
 ) -> None:
     await store_histories(bus, seed=8, histories=4)
 
-    def failing_add(fold: ProjectionFold, event: Envelope) -> None:
+    def failing_add(fold: ProjectionFold, event: Envelope, traceparent: str = "") -> None:
         raise RuntimeError("a bug in the fold")
 
     async def reading_slowly(nc: object) -> AsyncIterator[list[tuple[str, bytes]]]:

@@ -4,6 +4,7 @@ service's handling of an event is a span in it, child of the span that published
 event; ``status.traceId`` and ``plnt history`` name it; a failed step's span says why."""
 
 import asyncio
+import copy
 import os
 import subprocess
 import sys
@@ -11,13 +12,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from stack_fixtures import start_stack
 from stack_support import Client, publish_spec, run_document, workflow_named
 
+from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
 from plnt_testkit.otlp_receiver import STATUS_ERROR, OtlpReceiver, ReceivedSpan
+from plnt_testkit.projections import stored_projections
 
 SPAN_KIND_PRODUCER = 4
 SPAN_KIND_CONSUMER = 5
@@ -207,3 +211,58 @@ async def test_a_spec_whose_hash_does_not_match_fails_the_pull_span_in_the_saga_
     assert pinned in pull.status_message
     assert pull.events == ("exception",)
     assert pull.attributes["error.type"] == "IntegrityMismatch"
+
+
+async def test_an_operator_request_joins_the_saga_trace_and_replay_keeps_the_trace_id(
+    client: Client, registry: Path, receiver: ThreadedReceiver, stack: Supervisor
+) -> None:
+    """The watcher publishes an operator's request outside any handler: it continues the
+    saga's trace from the projection, as a step's deadline does. Replay restores traceId
+    from the headers the stream keeps."""
+    name = "gated-trace"
+    publish_spec(registry, workflow_named(name))
+    publish_spec(registry, workflow_named(name, "2.0.0"))
+    document = run_document(name, registry=registry)
+    await client.apply(document)
+    await client.wait_phase(name, "Ready")
+    gated = copy.deepcopy(document)
+    gated["spec"]["workflow"]["ref"] = gated["spec"]["workflow"]["ref"].replace("@1.0.0", "@2.0.0")
+    gated["spec"]["canary"]["manualGate"] = True
+    await client.apply(gated)
+    await client.wait_phase(name, "Paused", generation=2, timeout_s=60)
+
+    def with_request(body: dict[str, Any]) -> dict[str, Any]:
+        body["metadata"].setdefault("annotations", {})["plnt.work/promote"] = "true"
+        return body
+
+    await client.store.mutate("WorkflowRun", "default", name, with_request)
+    body = await client.wait_phase(name, "Ready", generation=2, timeout_s=60)
+    sagaid = f"default.{name}.2.1"
+
+    def request_handled(spans: list[ReceivedSpan]) -> bool:
+        return any(
+            s.service == "plnt-promoter" and s.name == "process promote.requested"
+            for s in of_saga(spans, sagaid)
+        )
+
+    spans = await receiver.wait_for(request_handled, what=f"the promote request of {sagaid}")
+    root = started(spans, sagaid)
+    assert root is not None
+    [request] = named(of_saga(spans, sagaid), "watcher", "publish promote.requested")
+    assert (request.trace_id, request.parent_id) == (root.trace_id, root.span_id)
+    [handled] = named(of_saga(spans, sagaid), "promoter", "process promote.requested")
+    assert (handled.trace_id, handled.parent_id) == (root.trace_id, request.span_id)
+    assert body["status"]["traceId"] == root.trace_id
+
+    key = f"default.{name}"
+    await asyncio.sleep(0.5)  # let the watcher finish writing the run's last events
+    before = await stored_projections(client.bus.nc)
+    await client.bus.runs.purge(key)
+    session = await Session.open(stack.config.nats_url)
+    try:
+        await replay(session)
+    finally:
+        await session.close()
+    rebuilt = await stored_projections(client.bus.nc)
+    assert rebuilt[key].status.trace_id == root.trace_id
+    assert rebuilt[key] == before[key]

@@ -18,7 +18,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NotFoundError
 
-from plnt_common import subjects
+from plnt_common import subjects, tracing
 from plnt_common.errors import BusUnavailable, SpecInvalid
 from plnt_common.events import Envelope, decode_event
 
@@ -76,9 +76,10 @@ def reader_config(filter_subject: str) -> api.ConsumerConfig:
 
 async def read_messages(
     nc: Client, *, filter_subject: str = f"{subjects.SUBJECT_PREFIX}.>", batch: int = BATCH
-) -> AsyncIterator[list[tuple[str, bytes]]]:
-    """(subject, payload) of the stored messages matching ``filter_subject``, oldest
-    first: ``plnt replay``'s reader, a batch at a time (see ``read_batches``)."""
+) -> AsyncIterator[list[tuple[str, bytes, str]]]:
+    """(subject, payload, traceparent header or "") of the stored messages matching
+    ``filter_subject``, oldest first: ``plnt replay``'s reader, a batch at a time (see
+    ``read_batches``)."""
     async for messages in read_batches(
         nc,
         stream=subjects.STREAM,
@@ -89,8 +90,9 @@ async def read_messages(
         yield messages
 
 
-def _subject_and_payload(msg: Msg) -> tuple[str, bytes]:
-    return msg.subject, msg.data
+def _subject_and_payload(msg: Msg) -> tuple[str, bytes, str]:
+    headers = msg.headers
+    return msg.subject, msg.data, headers.get(tracing.TRACEPARENT, "") if headers else ""
 
 
 async def read_batches(

@@ -42,7 +42,11 @@ _CONTEXT = (
     else multiprocessing.get_context("spawn")
 )
 
-Batch = list[tuple[str, bytes]]
+Batch = list[tuple[str, bytes, str]]
+"""(subject, payload, traceparent) of stored events: see ``history.read_messages``."""
+Share = list[bytes | tuple[bytes, str]]
+"""What a worker is dealt: a payload, or (payload, traceparent) for a traced one, so an
+untraced stream sends what it always did."""
 """(subject, payload) of each message, in stream order."""
 
 
@@ -73,9 +77,11 @@ class FoldWorkers:
     def deal(self, batch: Batch) -> None:
         """Send each message to the worker of its run; returns at once."""
         workers = self._workers
-        shares: list[list[bytes]] = [[] for _ in workers]
-        for subject, payload in batch:
-            shares[hash(_run_of(subject)) % len(workers)].append(payload)
+        shares: list[Share] = [[] for _ in workers]
+        for subject, payload, traceparent in batch:
+            shares[hash(_run_of(subject)) % len(workers)].append(
+                (payload, traceparent) if traceparent else payload
+            )
         for index, share in enumerate(shares):
             if share:
                 # a send to a dead worker fails in its future, unread: ``_finish`` reports
@@ -197,10 +203,11 @@ def _fold_share(pipe: Connection, inherited: tuple[Connection, ...]) -> None:
 def _fold_until_the_end(pipe: Connection) -> dict[str, bytes]:
     fold = ProjectionFold()
     while (share := pipe.recv()) is not None:
-        for payload in share:
+        for item in share:
+            payload, traceparent = item if isinstance(item, tuple) else (item, "")
             try:
                 event = decode_event(payload)
             except SpecInvalid:
                 continue  # a poison message: history only, as the watcher treats it
-            fold.add(event)
+            fold.add(event, traceparent=traceparent)
     return {key: p.model_dump_json().encode() for key, p in fold.projections().items()}

@@ -4,7 +4,9 @@
 ``traceparent`` into the message's NATS headers; ``processing`` wraps a handler run in a
 ``process <type>`` span (kind CONSUMER), child of the span those headers name. A publish
 with no current span (the watcher's ``run.requested``) starts a trace: the saga's trace,
-which every later step joins because each handler publishes inside its own span.
+which every later step joins because each handler publishes inside its own span. The
+watcher's own publishes outside a handler (a deadline, an operator's request) join it
+through ``continuing``.
 
 A handler that raises has the exception recorded on its span; one that handles a failure
 itself and publishes the step's failure event (``run.failed`` for a spec whose hash does
@@ -93,6 +95,22 @@ def processing(msg: Msg, envelope: Envelope, *, service: str) -> Iterator[Span]:
         attributes=attributes,
     ) as span:
         yield span
+
+
+@contextmanager
+def continuing(saga_traceparent: str) -> Iterator[None]:
+    """Publishes inside join the saga trace that ``saga_traceparent`` (the projection's: the
+    span that published the saga's opening event) names, when no span is current: for the
+    events the watcher publishes outside any handler, a step's deadline and an operator's
+    request. Nothing while tracing is off or the saga has no trace."""
+    if not tracing.ENABLED or not saga_traceparent or trace.get_current_span().is_recording():
+        yield
+        return
+    token = tracing.activate_remote(saga_traceparent)
+    try:
+        yield
+    finally:
+        tracing.deactivate(token)
 
 
 def record_failure(span: Span, envelope: Envelope) -> None:

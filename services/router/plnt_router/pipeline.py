@@ -182,7 +182,7 @@ class CallPipeline:
                 revision=call.revision,
                 status=status,
                 seconds=time.perf_counter() - started,
-                exemplar=tracing.exemplar() if call.traceparent else None,
+                exemplar=tracing.exemplar_of(call.traceparent) if call.traceparent else None,
             )
 
     async def traced(
@@ -195,31 +195,38 @@ class CallPipeline:
         the caller's ``traceparent`` when it sent one. ``open`` hands the span's
         ``traceparent`` to the runner; the answer carries it too."""
         route = request.match_info.route.resource
+        # Each saving below is measured against the bench's 0.1 ms budget: no extraction when
+        # the caller sent no traceparent, one set_attributes, and the span is not made current
+        # (nothing under it reads the current span: the runner gets ``call.traceparent`` and
+        # the exemplar is read from it).
         span = _TRACER.start_span(
             f"{request.method} {route.canonical if route is not None else request.path}",
-            context=tracing.extract(request.headers),
+            context=tracing.extract(request.headers)
+            if tracing.TRACEPARENT in request.headers
+            else None,
             kind=SpanKind.SERVER,
             attributes={"http.request.method": request.method, "url.path": request.path},
         )
-        # Made current by hand: start_as_current_span's context manager costs more per call.
-        token = tracing.activate(span)
+        status: int | None = None  # stays None when the call is cancelled
         try:
             call.traceparent = tracing.traceparent(span)
             response = await self.measured(request, call, work())
             status = call.status or response.status
-            span.set_attribute("http.response.status_code", status)
-            if call.name:
-                span.set_attribute("plnt.workflow.namespace", call.namespace)
-                span.set_attribute("plnt.workflow.name", call.name)
-            if call.revision:
-                span.set_attribute("plnt.revision", call.revision)
-            if status >= 500:
-                span.set_status(StatusCode.ERROR)
             if not response.prepared:
                 response.headers[tracing.TRACEPARENT] = call.traceparent
             return response
         finally:
-            tracing.deactivate(token)
+            attributes: dict[str, str | int] = {}
+            if status is not None:
+                attributes["http.response.status_code"] = status
+            if call.name:
+                attributes["plnt.workflow.namespace"] = call.namespace
+                attributes["plnt.workflow.name"] = call.name
+            if call.revision:
+                attributes["plnt.revision"] = call.revision
+            span.set_attributes(attributes)
+            if status is not None and status >= 500:
+                span.set_status(StatusCode.ERROR)
             span.end()
 
     def authorized(self, request: web.Request, namespace: str) -> bool:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from plnt_common import faults
+from plnt_common.bus import saga_tracing
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.saga import advance_latest_saga, latest_saga
 from plnt_common.bus.saga_events import last_of_run
@@ -417,5 +418,7 @@ class DeadlineLoop:
                 generation=generation,
                 source=SERVICE,
             )
-            if await self._bus.publish(event, step=phase.lower()):
+            with saga_tracing.continuing(projection.saga_traceparent):
+                published = await self._bus.publish(event, step=phase.lower())
+            if published:
                 log.warning("saga.step_timed_out", sagaid=projection.saga_id, phase=phase)

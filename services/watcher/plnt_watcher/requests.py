@@ -13,6 +13,7 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
+from plnt_common.bus import saga_tracing
 from plnt_common.bus.bus import Bus
 from plnt_common.events import OperatorRequest, new_event
 from plnt_common.logs import get_logger
@@ -81,7 +82,9 @@ class OperatorRequests:
                 generation=projection.generation,
                 source=SERVICE,
             )
-            if await self._bus.publish(event, step=dedupe_key(value)):
+            with saga_tracing.continuing(projection.saga_traceparent):
+                published = await self._bus.publish(event, step=dedupe_key(value))
+            if published:
                 log.info("request.published", request=operation.value, sagaid=event.sagaid, by=by)
         await self._source.remove_annotations(
             namespace=namespace, name=name, keys=tuple(op.annotation for op, _ in asked)

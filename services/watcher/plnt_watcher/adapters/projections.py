@@ -55,10 +55,11 @@ class ProjectionStore:
     async def fold(self, event: Envelope) -> tuple[RunProjection | None, bool, int]:
         """Apply ``event``; returns the projection, whether it changed, and its revision.
 
-        Folded in the span of ``event``'s handling: an opening event's trace becomes the
-        saga's ``status.traceId`` (none while tracing is off)."""
+        Folded in the span of ``event``'s handling, whose parent is the span the event was
+        published in: an opening event's becomes the saga's ``status.traceId`` and
+        ``saga_traceparent`` (none while tracing is off)."""
         key = run_key(event.namespace, event.name)
-        trace_id = tracing.current_trace_id() if event.event_type in OPENING_EVENTS else ""
+        traceparent = tracing.parent_traceparent() if event.event_type in OPENING_EVENTS else ""
         cached = self._known.get(key)
         if cached is not None and cached[0] is None and event.event_type not in OPENING_EVENTS:
             cached = None  # an event is dropped on the bucket's word, never on a cached read
@@ -71,7 +72,9 @@ class ProjectionStore:
             if current is None and event.event_type not in OPENING_EVENTS:
                 return None, False, revision
             updated = apply_event(
-                current or empty_projection(event.namespace, event.name), event, trace_id=trace_id
+                current or empty_projection(event.namespace, event.name),
+                event,
+                traceparent=traceparent,
             )
             if updated == current:
                 return current, False, revision
