@@ -81,7 +81,7 @@ def setup(service: str, environ: Mapping[str, str] | None = None) -> bool:
             f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported: plnt exports traces "
             f"with {SUPPORTED_PROTOCOL!r} (OTLP/HTTP); unset it or set it to that"
         )
-    content = _boolean(env, CONTENT_VARIABLE)
+    content = content_from(env)
     # Imported here: a process that never traces does not load the SDK and the exporter.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -114,6 +114,11 @@ def setup_or_exit(service: str) -> bool:
     except TracingMisconfigured as exc:
         print(f"plnt {service}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def content_from(environ: Mapping[str, str]) -> bool:
+    """Whether ``PLNT_TRACE_CONTENT`` opts in; ``TracingMisconfigured`` if not a boolean."""
+    return _boolean(environ, CONTENT_VARIABLE)
 
 
 def _boolean(env: Mapping[str, str], name: str) -> bool:

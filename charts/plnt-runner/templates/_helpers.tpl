@@ -86,3 +86,30 @@ A kept previous revision takes no traffic: none scales it. */}}
 {{- end }}
 
 {{- define "plnt-runner.workflowMountDir" -}}/etc/plnt/workflow{{- end }}
+
+{{/* The OTEL_* variables of tracing.*; none without an endpoint. */}}
+{{- define "plnt-runner.tracingEnv" -}}
+{{- $tracing := .Values.tracing | default dict }}
+{{- if $tracing.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $tracing.endpoint | quote }}
+{{- with $tracing.sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- if not (eq (toString $tracing.samplerArg) "") }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ toString $tracing.samplerArg | quote }}
+{{- end }}
+{{- with $tracing.resourceAttributes }}
+{{- $pairs := list }}
+{{- range $key, $value := . }}{{ $pairs = append $pairs (printf "%s=%s" $key $value) }}{{ end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $pairs | quote }}
+{{- end }}
+{{- if $tracing.content }}
+- name: PLNT_TRACE_CONTENT
+  value: "true"
+{{- end }}
+{{- end }}
+{{- end }}

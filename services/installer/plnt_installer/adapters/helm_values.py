@@ -16,6 +16,7 @@ Pure functions: no Helm, no Kubernetes client.
 """
 
 import copy
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from plnt_common.events import RunSnapshot
 from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole
 from plnt_common.resources import GpuClass, PlntBackendSpec, RunnerPod
 from plnt_common.workflow import parse_workflow
+from plnt_installer.adapters.runner_tracing import runner_tracing
 
 RUNNER_SERVICE_PORT = 80
 """``service.port``: the port of the runner's Service, part of the URL the router calls."""
@@ -119,6 +121,7 @@ def chart_values(
             "structuredOutputs": release.llm.structured_outputs,
         },
         "replicas": {"min": release.replicas, "max": max(release.replicas, where.replicas_max)},
+        "tracing": runner_tracing(os.environ),
         "autoscaling": {"targetInvocationsPerSecond": where.target_invocations_per_second},
         "service": {
             "port": RUNNER_SERVICE_PORT,
