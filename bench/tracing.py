@@ -38,9 +38,9 @@ STEP_TARGET_MS = 0.05
 
 @dataclass(frozen=True)
 class TracingBench:
-    calls: int = 2_000
+    calls: int = 1_000
     """Sequential calls per target and round."""
-    rounds: int = 3
+    rounds: int = 7
     chain_runs: int = 300
 
 
@@ -127,22 +127,30 @@ async def _router_rows(stack: _Stack, traced_url: str, bench: TracingBench) -> l
         "on": f"{traced_url}/workflows/bench/invoke",
     }
     replies: dict[str, list[Reply]] = {via: [] for via in urls}
+    # The cost of tracing is the median over rounds of (on p50 - off p50) within a round:
+    # the two routers are measured seconds apart, so a slow spell of the machine moves both.
+    differences: list[float] = []
     for _ in range(bench.rounds):
+        p50: dict[str, float] = {}
         for via, url in urls.items():
             got = await loadgen.sequential(Target.post(url, BODY), count=bench.calls, warmup=200)
             if any(reply.status != 200 for reply in got):
                 raise RuntimeError(f"tracing bench: a call via {via} did not answer 200")
             replies[via] += got
+            p50[via] = percentile([r.latency for r in got], 0.5) * 1000
+        differences.append(p50["on"] - p50["off"])
     p50 = {via: percentile([r.latency for r in got], 0.5) * 1000 for via, got in replies.items()}
     added_off, added_on = p50["off"] - p50["direct"], p50["on"] - p50["direct"]
+    cost = percentile(differences, 0.5)
     calls = len(replies["on"])
     return [
         Row.check(
-            f"router added latency p50, sequential ({calls:,} calls each), tracing off → on",
-            f"{added_off:.3f} ms → {added_on:.3f} ms (+{added_on - added_off:.3f} ms)",
+            f"router added latency p50, sequential ({calls:,} calls each, {bench.rounds} "
+            "rounds), tracing off → on",
+            f"{added_off:.3f} ms → {added_on:.3f} ms (+{cost:.3f} ms, median of rounds)",
             f"direct p50 {p50['direct']:.3f} ms",
             f"on adds ≤ {ROUTER_TARGET_MS:g} ms",
-            added_on - added_off <= ROUTER_TARGET_MS,
+            cost <= ROUTER_TARGET_MS,
         )
     ]
 
