@@ -75,8 +75,10 @@ def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
         args.kind = resolve_kind(args.kind)
         if args.name is not None:
             resource_name(args.kind, args.name)
-    if command in ("delete", "wait"):
+    if command in ("delete", "wait", "move"):
         args.timeout = parse_duration(args.timeout)
+    if command == "move":
+        resource_name("PlntBackend", args.to)
     if command == "wait":
         if args.kind != "WorkflowRun":
             raise SpecInvalid("wait works on workflowruns")

@@ -9,6 +9,7 @@ from typing import NoReturn, TypeVar
 
 from plnt_cli import arguments, commands, publish, runner, shadow
 from plnt_cli.locate import resolve_nats_url
+from plnt_cli.move import move
 from plnt_cli.operate import operate
 from plnt_cli.serve import SERVICES, service_main
 from plnt_common import event_loop
@@ -160,6 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
                 "--full", action="store_true", help="skip the remaining canary steps"
             )
 
+    moved = sub.add_parser(
+        "move", help="run a workflowrun on another backend, Ready there before retired here"
+    )
+    moved.add_argument("name", type=arguments.run_name)
+    moved.add_argument("--to", required=True, metavar="BACKEND", help="the PlntBackend to run on")
+    moved.add_argument("-n", "--namespace", type=arguments.namespace, default=DEFAULT_NAMESPACE)
+    moved.add_argument(
+        "--timeout", default="10m", help="how long to wait for the rollout there (default 10m)"
+    )
+
     invoke = sub.add_parser("invoke", help="call a workflow through the router")
     invoke.add_argument("name", type=arguments.run_name)
     invoke.add_argument("--data", default="{}", help="JSON body, or @file")
@@ -291,6 +302,20 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
         )
     elif command == "invoke":
         return await invoke_command(args)
+    elif command == "move":
+        say(
+            await with_session(
+                nats,
+                lambda s: move(
+                    s,
+                    name=args.name,
+                    namespace=args.namespace,
+                    to=args.to,
+                    say=say,
+                    wait_s=args.timeout,
+                ),
+            )
+        )
     elif command in {op.value for op in Operation}:
         say(
             await with_session(
