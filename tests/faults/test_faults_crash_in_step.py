@@ -78,11 +78,8 @@ class Case:
 
 
 CASES = [
-    # Slow for now: on a loaded machine the promoter wrote the route more than twice per
-    # saga under these crashes (30 writes for 14 sagas); to be found and fixed, then back
-    # in the default run.
-    pytest.param(Case(1, POINTS, 14), id="one-replica-every-point", marks=pytest.mark.slow),
-    pytest.param(Case(2, REDONE_BY_A_REPLICA, 9), id="two-replicas", marks=pytest.mark.slow),
+    pytest.param(Case(1, POINTS, 14), id="one-replica-every-point"),
+    pytest.param(Case(2, REDONE_BY_A_REPLICA, 9), id="two-replicas"),
     pytest.param(Case(2, POINTS, 14), id="two-replicas-every-point", marks=pytest.mark.slow),
 ]
 

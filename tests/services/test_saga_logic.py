@@ -204,6 +204,25 @@ def test_a_restored_saga_is_never_routed_again() -> None:
     assert again is None
 
 
+def test_a_redelivered_install_changes_neither_a_stepped_nor_a_promoted_canary() -> None:
+    """A promoter killed before acking canary.installed gets it again after the saga moved
+    on: a step's weight stays, and a promoted revision is not routed as its own canary."""
+    stepped = RouteEntry(
+        namespace="default", name="wf", stable=STABLE, canary=CANARY, canary_weight=50
+    )
+    promoted = RouteEntry(namespace="default", name="wf", stable=CANARY)
+    for entry in (stepped, promoted):
+        again = promoter.with_canary(
+            entry,
+            namespace="default",
+            name="wf",
+            canary=CANARY,
+            traffic_percent=5,
+            endpoint="http://r/e",
+        )
+        assert again is None, entry
+
+
 def test_restoring_takes_out_only_this_sagas_canary() -> None:
     current = RouteEntry(
         namespace="default", name="wf", stable=STABLE, canary=CANARY, canary_weight=5

@@ -48,9 +48,18 @@ def with_canary(
 ) -> RouteEntry | None:
     """Add the canary; it takes traffic only beside a stable revision, never unproven alone.
 
-    None (no change) when this saga's canary was already restored: the restore won the race.
+    None (no change) when this saga's canary was already restored (the restore won the
+    race), already routed, or already promoted: a ``canary.installed`` redelivered after
+    its saga moved on (a promoter killed before its ack) must not reset a stepped weight or
+    put a promoted revision back as a canary beside itself.
     """
     if entry is not None and entry.restored_saga_id == canary.saga_id:
+        return None
+    if entry is not None and any(
+        routed is not None
+        and (routed.saga_id, routed.revision) == (canary.saga_id, canary.revision)
+        for routed in (entry.canary, entry.stable)
+    ):
         return None
     stable = entry.stable if entry else None
     return RouteEntry(
