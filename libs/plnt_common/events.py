@@ -17,6 +17,7 @@ from plnt_common.golden import GoldenResult
 from plnt_common.resources import (
     AnalysisStatus,
     Canary,
+    PlacementEntry,
     PlntBackendSpec,
     Shadow,
     ShadowStatus,
@@ -148,14 +149,39 @@ class RunRequested(_Data):
     run: RunSnapshot
 
 
+class BackendChoice(_Data):
+    """An acceptable PlntBackend of a run's placement: it exists, offers the GPU class and
+    allows the run."""
+
+    backend_name: str
+    backend: PlntBackendSpec
+
+
 class SpecPulled(_Data):
     run: RunSnapshot
     spec_digest: str = Field(description="sha256 of the spec bytes; the object name in plnt-specs.")
     workflow_name: str
     workflow_version: str
     revision: str
-    backend_name: str
+    backend_name: str = Field(description="The first acceptable backend of the placement.")
     backend: PlntBackendSpec
+    fallbacks: tuple[BackendChoice, ...] = Field(
+        default=(),
+        description="The acceptable backends after backend_name, in order: the installer "
+        "places the canary on the first of them all with room for it.",
+    )
+    passed_over: tuple[PlacementEntry, ...] = Field(
+        default=(),
+        description="Backends of the placement the puller found unacceptable (state "
+        "Skipped), each with its one-line reason.",
+    )
+
+    def choices(self) -> tuple[BackendChoice, ...]:
+        """Every acceptable backend, in order of preference."""
+        return (
+            BackendChoice(backend_name=self.backend_name, backend=self.backend),
+            *self.fallbacks,
+        )
 
 
 class RunFailed(_Data):
@@ -167,6 +193,12 @@ class RunFailed(_Data):
 class CanaryInstalled(_Data):
     run: RunSnapshot
     canary: CanaryRef
+    backend: str = Field(default="", description="The PlntBackend the canary runs on.")
+    placement: tuple[PlacementEntry, ...] = Field(
+        default=(),
+        description="The canary's backend (Installing) and each backend passed over for it "
+        "(Skipped, with the reason).",
+    )
 
 
 class InstallFailed(_Data):
@@ -261,6 +293,9 @@ class CapacityAwaited(_Data):
     needed: int = Field(ge=0, description="GPUs one runner pod needs.", examples=[2])
     largest_free: int = Field(ge=0, description="The most any node has free.", examples=[1])
     message: str = Field(examples=["no node has 2 free nvidia.com/gpu (largest 1)"])
+    placement: tuple[PlacementEntry, ...] = Field(
+        default=(), description="Every backend of the placement, Skipped with its reason."
+    )
 
 
 class OperatorRequest(_Data):

@@ -35,6 +35,7 @@ from plnt_common.resources import (
     AnalysisStatus,
     CanaryStatus,
     Condition,
+    PlacementEntry,
     SmokeStatus,
     WorkflowRunStatus,
 )
@@ -108,6 +109,10 @@ class RunProjection(BaseModel):
         description="The traceparent the saga's opening event was published with: events "
         "published outside any step (a deadline, an operator's request) continue the saga's "
         "trace from it. Empty while tracing is off.",
+    )
+    previous_placement: tuple[PlacementEntry, ...] = Field(
+        default=(),
+        description="status.placement before the last promotion: what a revert restores.",
     )
     step_hold_s: float = Field(
         default=0.0,
@@ -188,9 +193,7 @@ class ProjectionFold:
         return {key: draft.build() for key, draft in self._drafts.items()}
 
 
-def apply_event(
-    current: RunProjection, event: Envelope, *, traceparent: str = ""
-) -> RunProjection:
+def apply_event(current: RunProjection, event: Envelope, *, traceparent: str = "") -> RunProjection:
     """The projection after ``event``: pure, idempotent and independent of arrival order.
 
     ``traceparent``: the W3C header ``event`` was published with. An opening event's names
@@ -230,6 +233,12 @@ class _Draft:
         self.condition_updates: dict[ConditionType, _ConditionUpdate] = {}
         self.updates: dict[str, object] = {}
         self.status_updates: dict[str, object] = {}
+
+    @property
+    def placement(self) -> tuple[PlacementEntry, ...]:
+        value = self.status_updates.get("placement", self.origin.status.placement)
+        assert isinstance(value, tuple)
+        return value
 
     @property
     def stable_revision(self) -> str:
@@ -415,6 +424,21 @@ def _pulled(current: _Draft, event: Envelope) -> dict[str, object]:
     }
 
 
+def _serving(placement: tuple[PlacementEntry, ...]) -> tuple[PlacementEntry, ...]:
+    return tuple(entry for entry in placement if entry.state == "Serving")
+
+
+def _placed(current: _Draft, entries: tuple[PlacementEntry, ...]) -> dict[str, object]:
+    """status.placement while a canary is placed: where the run serves now, then the
+    saga's own entries (its backend Installing, the ones passed over Skipped). Events of
+    an older plnt carry none: the placement is left as it was."""
+    if not entries:
+        return {}
+    ours = {entry.backend for entry in entries}
+    kept = tuple(e for e in _serving(current.placement) if e.backend not in ours)
+    return {"placement": kept + entries}
+
+
 def _installed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: CanaryInstalled = event.payload()
     percent = data.run.spec.canary.traffic_percent
@@ -427,6 +451,7 @@ def _installed(current: _Draft, event: Envelope) -> dict[str, object]:
             "canary": CanaryStatus(revision=data.canary.revision, traffic_percent=percent),
             "conditions": conditions,
             "message": f"smoke-testing canary {data.canary.revision}",
+            **_placed(current, data.placement),
         },
     }
 
@@ -596,6 +621,7 @@ def _ready(current: _Draft, event: Envelope) -> dict[str, object]:
     return {
         "stable_revision": data.revision,
         "previous_revision": data.previous_revision,
+        **_promoted_placement(current),
         "status": {
             "phase": Phase.READY,
             "revision": data.revision,
@@ -603,8 +629,39 @@ def _ready(current: _Draft, event: Envelope) -> dict[str, object]:
             "canary": _NO_CANARY,
             "conditions": conditions,
             "message": f"serving {data.revision}",
+            **_promoted_placement_status(current),
         },
     }
+
+
+def _promoted_placement(current: _Draft) -> dict[str, object]:
+    """The placement a later revert restores: where the run served before this promotion."""
+    if not any(entry.state == "Installing" for entry in current.placement):
+        return {}
+    return {"previous_placement": _serving(current.placement)}
+
+
+def _promoted_placement_status(current: _Draft) -> dict[str, object]:
+    """Promoted: the canary's backend serves (the old backend's release is retired or only
+    kept); the backends passed over stay with their reasons."""
+    placement = current.placement
+    if not any(entry.state == "Installing" for entry in placement):
+        return {}
+    return {
+        "placement": tuple(
+            entry.model_copy(update={"state": "Serving"}) if entry.state == "Installing" else entry
+            for entry in placement
+            if entry.state != "Serving"
+        )
+    }
+
+
+def _without_canary(current: _Draft) -> dict[str, object]:
+    """The canary is gone (rolled back, failed): the run serves where it served."""
+    placement = current.placement
+    if all(entry.state == "Serving" for entry in placement):
+        return {}
+    return {"placement": _serving(placement)}
 
 
 def _rolled_back(current: _Draft, event: Envelope) -> dict[str, object]:
@@ -617,6 +674,7 @@ def _rolled_back(current: _Draft, event: Envelope) -> dict[str, object]:
             "canary": _NO_CANARY,
             "conditions": conditions,
             "message": f"rolled back {data.revision}: {data.message}{still}",
+            **_without_canary(current),
         }
     }
 
@@ -629,6 +687,7 @@ def _requested_by_operator(current: _Draft, event: Envelope) -> dict[str, object
 def _reverted(current: _Draft, event: Envelope) -> dict[str, object]:
     data: RunReverted = event.payload()
     conditions = [(ConditionType.READY, True, data.reason, data.message)]
+    previous = current.updates.get("previous_placement", current.origin.previous_placement)
     return {
         "stable_revision": data.revision,
         "status": {
@@ -637,6 +696,7 @@ def _reverted(current: _Draft, event: Envelope) -> dict[str, object]:
             "canary": _NO_CANARY,
             "conditions": conditions,
             "message": f"reverted {data.reverted_revision} to {data.revision}: {data.message}",
+            **({"placement": previous} if previous else {}),
         },
     }
 
@@ -650,6 +710,7 @@ def _failed(current: _Draft, event: Envelope) -> dict[str, object]:
             "canary": _NO_CANARY,
             "conditions": conditions,
             "message": f"{data.reason}: {data.message}",
+            **_without_canary(current),
         }
     }
 
@@ -663,6 +724,7 @@ def _capacity_awaited(current: _Draft, event: Envelope) -> dict[str, object]:
             "phase": Phase.PENDING,
             "conditions": conditions,
             "message": f"{reason}: {data.message}",
+            **_placed(current, data.placement),
         }
     }
 

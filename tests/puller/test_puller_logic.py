@@ -25,7 +25,7 @@ from plnt_common.errors import (
     SpecInvalid,
     SpecNotFound,
 )
-from plnt_common.events import RunFailed
+from plnt_common.events import BackendChoice, RunFailed
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.status import Reason
 from plnt_common.workflow import spec_digest
@@ -146,10 +146,10 @@ def test_spec_pulled_carries_the_run_digest_and_revision_of_its_generation() -> 
         run=run,
         digest="sha256:" + "b" * 64,
         workflow=workflow,
-        backend_name=BACKEND,
-        backend=backend(H100),
+        chosen=[BackendChoice(backend_name=BACKEND, backend=backend(H100))],
     )
     assert pulled.run == run
+    assert (pulled.backend_name, pulled.fallbacks, pulled.passed_over) == (BACKEND, (), ())
     assert pulled.revision == f"{VERSION}-g7"
     assert (pulled.workflow_name, pulled.workflow_version) == (WORKFLOW, VERSION)
     assert pulled.spec_digest == "sha256:" + "b" * 64

@@ -61,6 +61,12 @@ async def test_the_first_candidate_that_exists_gets_the_run_in_order_of_preferen
     assert kind is EventType.SPEC_PULLED, pulled
     assert isinstance(pulled, SpecPulled)
     assert pulled.backend_name == OTHER
+    # every acceptable one is handed on in order (the installer takes the first with room),
+    # and the one passed over is named with its reason
+    assert [c.backend_name for c in pulled.choices()] == [OTHER, BACKEND]
+    assert [(e.backend, e.state, e.reason) for e in pulled.passed_over] == [
+        ("gpu-gone", "Skipped", "BackendUnavailable: PlntBackend 'gpu-gone' not found")
+    ]
 
 
 async def test_a_refusing_candidate_is_passed_over_for_the_next(
@@ -75,6 +81,10 @@ async def test_a_refusing_candidate_is_passed_over_for_the_next(
 
     assert kind is EventType.SPEC_PULLED, pulled
     assert pulled.backend_name == BACKEND
+    assert pulled.fallbacks == ()
+    [skipped] = pulled.passed_over
+    assert (skipped.backend, skipped.state) == (OTHER, "Skipped")
+    assert skipped.reason.startswith("BackendNotAllowed: PlntBackend 'gpu-west' allows images")
 
 
 async def test_no_candidate_fits_fails_naming_each_backends_reason(

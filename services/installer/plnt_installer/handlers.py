@@ -32,6 +32,7 @@ from plnt_common.logs import get_logger
 from plnt_common.messages import SUPERSEDED, deadline_passed
 from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.releases import DesiredRelease, ObservedRelease, ReleaseRole, release_name
+from plnt_common.resources import PlacementEntry
 from plnt_common.saga import SagaState
 from plnt_common.status import Phase, Reason
 from plnt_installer import keep, logic
@@ -132,12 +133,14 @@ class InstallerHandlers:
         if not await self._may_install(event):
             self._awaited.pop(event.sagaid, None)  # a Pending saga superseded or ended
             return
+        placed = await self._placed(event, data, delivery)
+        if placed is None:
+            return
+        data, placement = placed
         backend = await self._choose_backend(event, data)
         if backend is None:
             return
         desired = logic.desired_canary(data, saga_id=event.sagaid)
-        if not await self._placed(event, data, backend, desired, delivery):
-            return
         if not await self._install_canary(event, data, backend, desired):
             await self._unreserve(data, desired)
             return
@@ -150,7 +153,7 @@ class InstallerHandlers:
         self._awaited.pop(event.sagaid, None)
         if not await self._still_wanted(event, data, backend, desired):
             return
-        await self._publish_installed(event, data, desired, observed)
+        await self._publish_installed(event, data, desired, observed, placement)
 
     async def _may_install(self, event: Envelope) -> bool:
         """Whether the saga is still the run's; a superseded one is ended here."""
@@ -178,39 +181,66 @@ class InstallerHandlers:
         return backend
 
     async def _placed(
+        self, event: Envelope, data: SpecPulled, delivery: Delivery
+    ) -> tuple[SpecPulled, tuple[PlacementEntry, ...]] | None:
+        """The first acceptable backend with room for the canary, its GPUs booked: ``data``
+        naming it, and the placement (it Installing, each backend passed over Skipped with
+        its reason). If none has room the run is Pending (capacity.awaited) and this event
+        comes back in ``capacity_retry_s``: nothing installed, a stable keeps serving."""
+        passed_over = list(data.passed_over)
+        refusals: list[tuple[str, Refusal]] = []
+        driven = [c for c in data.choices() if c.backend.type in self._backends]
+        if not driven:  # the saga fails naming the type (_choose_backend)
+            return data, ()
+        for choice in driven:
+            narrowed = data.model_copy(
+                update={"backend_name": choice.backend_name, "backend": choice.backend}
+            )
+            desired = logic.desired_canary(narrowed, saga_id=event.sagaid)
+            refusal = (
+                None
+                if self._placements is None
+                else await self._placements.reserve(
+                    backend_name=choice.backend_name, spec=choice.backend, canary=desired
+                )
+            )
+            if refusal is None:
+                chosen = PlacementEntry(
+                    backend=choice.backend_name, state="Installing", replicas=desired.replicas
+                )
+                return narrowed, (chosen, *passed_over)
+            refusals.append((choice.backend_name, refusal))
+            passed_over.append(
+                PlacementEntry(
+                    backend=choice.backend_name,
+                    state="Skipped",
+                    reason=f"{Reason.NO_CAPACITY.value}: {refusal.message}",
+                )
+            )
+        await self._await_capacity(event, data, refusals, tuple(passed_over))
+        delivery.defer(self._capacity_retry_s)
+        return None
+
+    async def _await_capacity(
         self,
         event: Envelope,
         data: SpecPulled,
-        backend: ReleaseBackend,
-        desired: DesiredRelease,
-        delivery: Delivery,
-    ) -> bool:
-        """Whether the canary's GPUs are booked on a node; if no node fits, the run is
-        Pending (capacity.awaited) and this event comes back in ``capacity_retry_s``:
-        nothing installed, a stable keeps serving."""
-        if self._placements is None:
-            return True
-        refusal = await self._placements.reserve(
-            backend_name=data.backend_name, spec=data.backend, canary=desired
-        )
-        if refusal is None:
-            return True
-        await self._await_capacity(event, data, desired, refusal)
-        delivery.defer(self._capacity_retry_s)
-        return False
-
-    async def _await_capacity(
-        self, event: Envelope, data: SpecPulled, desired: DesiredRelease, refusal: Refusal
+        refusals: list[tuple[str, Refusal]],
+        placement: tuple[PlacementEntry, ...],
     ) -> None:
-        message = f"PlntBackend {data.backend_name!r}: {refusal.message}"
+        message = "; ".join(
+            f"PlntBackend {name!r}: {refusal.message}" for name, refusal in refusals
+        )
         if self._awaited.get(event.sagaid) == message:
             return
+        first_name, first = refusals[0]
         awaited = CapacityAwaited(
-            backend=data.backend_name,
-            gpu_class=desired.gpu_class or "",
-            needed=refusal.needed,
-            largest_free=refusal.largest_free,
+            backend=first_name,
+            gpu_class=data.run.spec.backend.gpu_class or "",
+            needed=first.needed,
+            largest_free=max(refusal.largest_free for _, refusal in refusals),
             message=message,
+            placement=placement,
         )
         await self._bus.publish(
             follow_up(event, EventType.CAPACITY_AWAITED, awaited, source=SERVICE)
@@ -304,7 +334,12 @@ class InstallerHandlers:
         return False
 
     async def _publish_installed(
-        self, event: Envelope, data: SpecPulled, desired: DesiredRelease, observed: ObservedRelease
+        self,
+        event: Envelope,
+        data: SpecPulled,
+        desired: DesiredRelease,
+        observed: ObservedRelease,
+        placement: tuple[PlacementEntry, ...],
     ) -> None:
         canary = CanaryRef(
             revision=desired.revision,
@@ -313,7 +348,9 @@ class InstallerHandlers:
             spec_digest=data.spec_digest,
         )
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
-        installed = CanaryInstalled(run=data.run, canary=canary)
+        installed = CanaryInstalled(
+            run=data.run, canary=canary, backend=data.backend_name, placement=placement
+        )
         await self._bus.publish(
             follow_up(event, EventType.CANARY_INSTALLED, installed, source=SERVICE)
         )

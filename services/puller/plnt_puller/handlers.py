@@ -24,6 +24,7 @@ from plnt_common.errors import (
     SpecNotFound,
 )
 from plnt_common.events import (
+    BackendChoice,
     Envelope,
     EventType,
     RunFailed,
@@ -35,7 +36,7 @@ from plnt_common.events import (
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.oci import Logins
-from plnt_common.resources import PlntBackendSpec
+from plnt_common.resources import PlacementEntry, PlntBackendSpec
 from plnt_common.saga import SagaState
 from plnt_common.tasks import discard, discarded_on_error
 from plnt_common.workflow import CodeArchive, spec_digest
@@ -146,7 +147,7 @@ class PullHandler:
         logic.verify_signature(raw=raw, signature=signature, verify=ref.verify)
         digest = logic.verify_integrity(raw=raw, pinned=ref.integrity_hash)
         workflow = logic.validate_spec(raw=raw, name=ref.name, version=ref.version)
-        name, checked = await self._choose_backend(run, backend, workflow.spec.runtime.image)
+        chosen, skipped = await self._choose_backend(run, backend, workflow.spec.runtime.image)
         if workflow.spec.runtime.code is not None:
             await self._pull_code(run, workflow.spec.runtime.code, logins)
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
@@ -155,11 +156,7 @@ class PullHandler:
             SIDE_EFFECTS.labels(SOURCE, "spec_store").inc()
         log.info("pull.spec_stored", digest=digest, written=not stored)
         return logic.spec_pulled(
-            run=run,
-            digest=digest,
-            workflow=workflow,
-            backend_name=name,
-            backend=checked,
+            run=run, digest=digest, workflow=workflow, chosen=chosen, skipped=skipped
         )
 
     async def _first_candidate(self, run: RunSnapshot) -> PlntBackendSpec | None:
@@ -168,9 +165,9 @@ class PullHandler:
 
     async def _choose_backend(
         self, run: RunSnapshot, first: PlntBackendSpec | None, image: str
-    ) -> tuple[str, PlntBackendSpec]:
-        """The first candidate (spec.backend.cluster, or spec.placement.backends in order)
-        that exists, offers the GPU class and allows the run; each one passed over adds a
+    ) -> tuple[list[BackendChoice], list[PlacementEntry]]:
+        """Every candidate (spec.backend.cluster, or spec.placement.backends in order) that
+        exists, offers the GPU class and allows the run, and each one passed over with its
         one-line reason. None fits: the last refusal's error, naming every reason."""
         candidates = run.spec.candidates
         if not candidates:
@@ -180,6 +177,8 @@ class PullHandler:
             )
         gpu_class = run.spec.backend.gpu_class
         refusals: list[PlntError] = []
+        skipped: list[PlacementEntry] = []
+        chosen: list[BackendChoice] = []
         for index, name in enumerate(candidates):
             backend = first if index == 0 else await self.backends.get(name)
             try:
@@ -187,8 +186,13 @@ class PullHandler:
                 await self._check_allowed(run, name, checked, image)
             except (BackendUnavailable, BackendNotAllowed) as exc:
                 refusals.append(exc)
+                skipped.append(
+                    PlacementEntry(backend=name, state="Skipped", reason=f"{exc.reason}: {exc}")
+                )
                 continue
-            return name, checked
+            chosen.append(BackendChoice(backend_name=name, backend=checked))
+        if chosen:
+            return chosen, skipped
         if len(refusals) == 1:
             raise refusals[0]
         reasons = "; ".join(f"{exc.reason}: {exc}" for exc in refusals)

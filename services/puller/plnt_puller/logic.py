@@ -7,7 +7,7 @@ whether the named backend can serve the run, and which outcome event an error le
 publish anything; ``handlers`` act on these answers.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from plnt_common.code_archive import check_archive
@@ -23,10 +23,10 @@ from plnt_common.errors import (
     SignatureMissing,
     SpecInvalid,
 )
-from plnt_common.events import RunFailed, RunSnapshot, SpecPulled
+from plnt_common.events import BackendChoice, RunFailed, RunSnapshot, SpecPulled
 from plnt_common.label_selector import describe, selects
 from plnt_common.releases import revision_label
-from plnt_common.resources import PlntBackendSpec, Verify
+from plnt_common.resources import PlacementEntry, PlntBackendSpec, Verify
 from plnt_common.signatures import KeyInvalid, parse_public_key
 from plnt_common.signatures import verify as verify_minisign
 from plnt_common.status import Phase, Reason
@@ -202,18 +202,22 @@ def spec_pulled(
     run: RunSnapshot,
     digest: str,
     workflow: Workflow,
-    backend_name: str,
-    backend: PlntBackendSpec,
+    chosen: Sequence[BackendChoice],
+    skipped: Sequence[PlacementEntry] = (),
 ) -> SpecPulled:
-    """The success event: the run as requested plus what the pull established."""
+    """The success event: the run as requested plus what the pull established; ``chosen``:
+    the acceptable backends in order (at least one)."""
+    first, *fallbacks = chosen
     return SpecPulled(
         run=run,
         spec_digest=digest,
         workflow_name=workflow.metadata.name,
         workflow_version=workflow.metadata.version,
         revision=revision_label(workflow.metadata.version, run.generation),
-        backend_name=backend_name,
-        backend=backend,
+        backend_name=first.backend_name,
+        backend=first.backend,
+        fallbacks=tuple(fallbacks),
+        passed_over=tuple(skipped),
     )
 
 
