@@ -45,8 +45,8 @@ def one_line(result: tuple[int, str, str]) -> str:
     return lines[0]
 
 
-async def observed_backend(client: Client, generation: int) -> str | None:
-    key = f"observed.default.{release_name('default', RUN, generation)}"
+async def observed_backend(client: Client, generation: int, run: str = RUN) -> str | None:
+    key = f"observed.default.{release_name('default', run, generation)}"
     with contextlib.suppress(Exception):
         entry = await client.bus.releases.get(key)
         record: dict[str, Any] = json.loads(entry.value or b"{}")
