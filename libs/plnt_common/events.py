@@ -206,6 +206,7 @@ class InstallFailed(_Data):
     message: str
     revision: str
     release: str
+    backend: str = Field(default="", description="The PlntBackend the install failed on.")
 
 
 class SmokeVerdict(_Data):

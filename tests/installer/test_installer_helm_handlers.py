@@ -272,6 +272,7 @@ async def test_an_install_the_backend_refuses_publishes_install_failed_at_once(
     assert kind is EventType.INSTALL_FAILED
     assert data["message"] == kube.refuse
     assert data["release"] == "default-review-responder-g1"
+    assert data["backend"] == spec_pulled().backend_name
 
 
 async def test_a_runner_never_ready_fails_after_the_backends_ready_timeout_naming_it(

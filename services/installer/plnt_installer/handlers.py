@@ -297,6 +297,7 @@ class InstallerHandlers:
             message=str(exc),
             revision=desired.revision,
             release=desired.release,
+            backend=desired.backend_name,
         )
         await self._bus.publish(follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE))
 
