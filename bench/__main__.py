@@ -6,7 +6,8 @@ router serving the kept previous revision), ``router`` (against nginx
 and the backend called directly) ``runner`` (the executor, the step cache,
 backpressure, GPU metrics), ``runner-load`` (one runner holding 100 to 1,000 calls in
 flight against a slow LLM) and ``code-deploy`` (apply → Ready of a workflow with code and
-a requirement, first and cached), ``tracing`` (router and executor with tracing off and on);
+a requirement, first and cached), ``tracing`` (router and executor with tracing off and on),
+``placement`` (the installer's choice over 50 backends, placements per second, overcommit);
 ``--only SECTION`` (repeatable) picks some. Each section
 starts its own processes on free ports; the machine and versions are printed so the
 tables can be pasted into docs/benchmarks.md.
@@ -24,6 +25,7 @@ from bench.cluster import cluster_section
 from bench.code_deploy import code_deploy_section
 from bench.deploy import apply_to_ready, embedded_stack
 from bench.hops import hops
+from bench.placement import placement_section
 from bench.rollback import rollback_section
 from bench.runner_load import LoadBench, runner_load_section
 from bench.saga import saga_section
@@ -43,6 +45,7 @@ SECTIONS = (
     "runner-load",
     "code-deploy",
     "tracing",
+    "placement",
 )
 
 
@@ -135,6 +138,8 @@ def main() -> None:
         code_deploy_section(args.code_deploys)
     if "tracing" in sections:
         tracing_section()
+    if "placement" in sections:
+        placement_section()
 
 
 def deploy_table(args: argparse.Namespace) -> None:

@@ -133,7 +133,7 @@ class InstallerHandlers:
         if not await self._may_install(event):
             self._awaited.pop(event.sagaid, None)  # a Pending saga superseded or ended
             return
-        placed = await self._placed(event, data, delivery)
+        placed = await self.place(event, data, delivery)
         if placed is None:
             return
         data, placement = placed
@@ -180,7 +180,7 @@ class InstallerHandlers:
             await self._end(event, EventType.RUN_FAILED, unavailable)
         return backend
 
-    async def _placed(
+    async def place(
         self, event: Envelope, data: SpecPulled, delivery: Delivery
     ) -> tuple[SpecPulled, tuple[PlacementEntry, ...]] | None:
         """The first acceptable backend with room for the canary, its GPUs booked: ``data``
