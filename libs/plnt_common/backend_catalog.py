@@ -44,6 +44,11 @@ class BackendCatalog(Protocol):
         """
         ...
 
+    async def labels(self) -> dict[str, dict[str, str]]:
+        """Every PlntBackend's ``metadata.labels`` by name, what a ``spec.placement.selector``
+        is matched against. Raises like ``all``."""
+        ...
+
 
 class StoredBackends:
     """Implements ``BackendCatalog`` over a ``ResourceStore``."""
@@ -80,6 +85,16 @@ class StoredBackends:
                     "backend.unreadable", backend=name, error=describe_validation_error(exc)
                 )
         return found
+
+    async def labels(self) -> dict[str, dict[str, str]]:
+        try:
+            stored = await self._store.list(KIND)
+        except (NatsError, TimeoutError) as exc:
+            raise BusUnavailable(f"cannot list PlntBackends: {exc!r}") from None
+        return {
+            str(obj.metadata.get("name", "")): dict(obj.metadata.get("labels") or {})
+            for obj in stored
+        }
 
 
 class KubernetesOnly:

@@ -120,6 +120,15 @@ class PlntBackendReader:
                 )
         return found
 
+    async def labels(self) -> dict[str, dict[str, str]]:
+        """Every PlntBackend's ``metadata.labels`` by name; raises like ``all``."""
+        return {
+            str((item.get("metadata") or {}).get("name", "")): dict(
+                (item.get("metadata") or {}).get("labels") or {}
+            )
+            for item in await self._list()
+        }
+
     async def close(self) -> None:
         """Release the client's connections; the reader is not used afterwards."""
         await asyncio.to_thread(self._api.close)

@@ -22,22 +22,27 @@ from plnt_common.status import Reason
 OTHER = "gpu-west"
 
 
-def placed_run(*, registry: str, backends: list[str]) -> RunSnapshot:
+def placed_run(
+    *, registry: str, backends: list[str] | None = None, selector: dict[str, Any] | None = None
+) -> RunSnapshot:
+    placement = {"backends": backends} if selector is None else {"selector": selector}
     spec = WorkflowRunSpec.model_validate(
         {
             "workflow": {"ref": f"{WORKFLOW}@{VERSION}", "registry": registry},
             "backend": {"gpuClass": H100, "gpuCount": 2},
-            "placement": {"backends": backends},
+            "placement": placement,
         }
     )
     return RunSnapshot(namespace="default", name="placed", uid="uid-p", generation=1, spec=spec)
 
 
-async def apply_backend(puller: PullerUnderTest, name: str, **spec: Any) -> None:
+async def apply_backend(
+    puller: PullerUnderTest, name: str, labels: dict[str, str] | None = None, **spec: Any
+) -> None:
     resource = {
         "apiVersion": "plnt.work/v1",
         "kind": "PlntBackend",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": labels or {}},
         "spec": {"type": "local", "gpuClasses": {H100: {"resourceName": "nvidia.com/gpu"}}, **spec},
     }
     await ResourceStore(puller.bus).apply(parse_resource(resource))
@@ -103,3 +108,36 @@ async def test_no_candidate_fits_fails_naming_each_backends_reason(
     assert "BackendUnavailable: PlntBackend 'gpu-gone' not found" in failure.message
     assert f"BackendNotAllowed: PlntBackend '{OTHER}' allows images" in failure.message
     assert "\n" not in failure.message
+
+
+async def test_a_selector_takes_the_matching_backends_in_name_order(
+    puller: PullerUnderTest, file_source: FileSource
+) -> None:
+    await apply_backend(puller, "pool-b", {"tier": "gpu"})
+    await apply_backend(puller, "pool-a", {"tier": "gpu"})
+    await apply_backend(puller, "pool-cpu", {"tier": "cpu"})
+    file_source.publish(workflow_yaml())
+
+    kind, pulled = await outcome_of(
+        puller, placed_run(registry=file_source.url, selector={"matchLabels": {"tier": "gpu"}})
+    )
+
+    assert kind is EventType.SPEC_PULLED, pulled
+    assert [c.backend_name for c in pulled.choices()] == ["pool-a", "pool-b"]
+
+
+async def test_a_selector_matching_nothing_fails_naming_it(
+    puller: PullerUnderTest, file_source: FileSource
+) -> None:
+    file_source.publish(workflow_yaml())
+
+    kind, failure = await outcome_of(
+        puller,
+        placed_run(registry=file_source.url, selector={"matchLabels": {"tier": "quantum"}}),
+    )
+
+    assert kind is EventType.RUN_FAILED, failure
+    assert failure.reason is Reason.BACKEND_UNAVAILABLE
+    assert failure.message.endswith(
+        ": no PlntBackend matches spec.placement.selector 'tier=quantum'"
+    )

@@ -33,6 +33,7 @@ from plnt_common.events import (
     SpecPulled,
     follow_up,
 )
+from plnt_common.label_selector import describe, selects
 from plnt_common.logs import get_logger
 from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.oci import Logins
@@ -169,18 +170,15 @@ class PullHandler:
         """Every candidate (spec.backend.cluster, or spec.placement.backends in order) that
         exists, offers the GPU class and allows the run, and each one passed over with its
         one-line reason. None fits: the last refusal's error, naming every reason."""
-        candidates = run.spec.candidates
-        if not candidates:
-            raise BackendUnavailable(
-                "spec.placement.selector is not resolved yet: name the PlntBackends in"
-                " spec.placement.backends"
-            )
+        named = run.spec.candidates
+        candidates = named or await self._selected(run)
         gpu_class = run.spec.backend.gpu_class
         refusals: list[PlntError] = []
         skipped: list[PlacementEntry] = []
         chosen: list[BackendChoice] = []
         for index, name in enumerate(candidates):
-            backend = first if index == 0 else await self.backends.get(name)
+            # the first named one was read beside the spec; selected ones are read now
+            backend = first if named and index == 0 else await self.backends.get(name)
             try:
                 checked = logic.check_backend(name=name, backend=backend, gpu_class=gpu_class)
                 await self._check_allowed(run, name, checked, image)
@@ -197,6 +195,24 @@ class PullHandler:
             raise refusals[0]
         reasons = "; ".join(f"{exc.reason}: {exc}" for exc in refusals)
         raise type(refusals[-1])(f"no backend of spec.placement fits: {reasons}")
+
+    async def _selected(self, run: RunSnapshot) -> tuple[str, ...]:
+        """The PlntBackends ``spec.placement.selector`` matches, in name order; raises
+        ``BackendUnavailable`` when none does."""
+        placement = run.spec.placement
+        selector = placement.selector if placement is not None else None
+        if selector is None:  # a run always names backends or gives a selector
+            raise BackendUnavailable("spec.placement names no backend and no selector")
+        matched = sorted(
+            name
+            for name, labels in (await self.backends.labels()).items()
+            if selects(selector, labels)
+        )
+        if not matched:
+            raise BackendUnavailable(
+                f"no PlntBackend matches spec.placement.selector '{describe(selector)}'"
+            )
+        return tuple(matched)
 
     async def _check_allowed(
         self, run: RunSnapshot, name: str, backend: PlntBackendSpec, image: str
