@@ -80,7 +80,14 @@ async def test_a_service_killed_right_after_apply_is_restarted_and_its_backlog_c
     await client.apply(run_document(name, registry=registry))
     os.kill(target.pid, signal.SIGKILL)
 
-    body = await client.wait_phase(name, "Ready", timeout_s=90)
+    try:
+        body = await client.wait_phase(name, "Ready", timeout_s=90)
+    except AssertionError as exc:
+        # once under a fully loaded suite the restarted watcher's projection stayed behind
+        # the stream: the log says whether its consumer was pinned again, and when
+        log = stack.log_dir / f"{service}.log"
+        tail = log.read_text().splitlines()[-40:] if log.exists() else ["(no log)"]
+        raise AssertionError(f"{exc}\n--- {log} (last 40 lines) ---\n" + "\n".join(tail)) from None
     code, revision, _ = await invoke(body["status"]["endpoint"], {"review": "fine"})
     assert (code, revision) == (200, "1.0.0-g1")
     terminals = Counter(e.sagaid for e in await client.events(name) if e.event_type.is_terminal)
