@@ -33,13 +33,19 @@ def backend(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-async def stored_run(session: Session, name: str, placement: dict[str, Any]) -> None:
+async def stored_run(
+    session: Session,
+    name: str,
+    placement: dict[str, Any],
+    entries: list[dict[str, Any]] | None = None,
+) -> None:
     for each in ("gpu-east", "gpu-west", "burst"):
         await session.store.apply(parse_resource(backend(each, {"tier": "gpu"})))
     await session.store.apply(parse_resource(run_body(name, placement)))
 
     def ready(body: dict[str, Any]) -> dict[str, Any]:
-        return {**body, "status": {"phase": "Ready", "observedGeneration": 1}}
+        status = {"phase": "Ready", "observedGeneration": 1, "placement": entries or []}
+        return {**body, "status": status}
 
     await session.store.mutate("WorkflowRun", "default", name, ready)
 
@@ -77,6 +83,27 @@ async def test_a_run_placed_by_selector_is_refused_unchanged(bus_url: str) -> No
             "PlntBackend 'burst' to match it, or list backends instead"
         )
         stored = await session.store.get("WorkflowRun", "default", "selected")
+        assert stored is not None and stored.metadata["generation"] == 1
+    finally:
+        await session.close()
+
+
+async def test_a_backend_listed_first_already_but_passed_over_says_why(bus_url: str) -> None:
+    session = await Session.open(bus_url)
+    try:
+        skipped = {"backend": "gpu-east", "state": "Skipped", "reason": "NoCapacity: full"}
+        serving = {"backend": "gpu-west", "state": "Serving", "replicas": 1}
+        await stored_run(
+            session, "spilled", {"backends": ["gpu-east", "gpu-west"]}, [serving, skipped]
+        )
+        with pytest.raises(PlntError) as refused:
+            await move(session, name="spilled", namespace="default", to="gpu-east", say=print)
+        assert str(refused.value) == (
+            "workflowrun/spilled already lists gpu-east first and was placed elsewhere: "
+            "gpu-east was passed over (NoCapacity: full); its next rollout goes there if it "
+            "has room by then"
+        )
+        stored = await session.store.get("WorkflowRun", "default", "spilled")
         assert stored is not None and stored.metadata["generation"] == 1
     finally:
         await session.close()

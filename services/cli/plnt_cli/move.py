@@ -110,8 +110,22 @@ async def _patched(store: ResourceStore, body: dict[str, Any], *, to: str) -> in
     }
     stored, outcome = await store.apply(parse_resource(document))
     if outcome == "unchanged":  # no new generation: no saga would start to wait for
-        raise PlntError(f"workflowrun/{body['metadata']['name']} already runs on {to}")
+        raise PlntError(_already_first(body, to))
     return int(stored.metadata["generation"])
+
+
+def _already_first(body: dict[str, Any], to: str) -> str:
+    """Why a move changes nothing: ``to`` is first already, and the run is elsewhere only
+    when placement passed ``to`` over (its reason, from status.placement)."""
+    name = body["metadata"]["name"]
+    entries = (body.get("status") or {}).get("placement") or []
+    why = next((e.get("reason") for e in entries if e.get("backend") == to and e.get("reason")), "")
+    if why:
+        return (
+            f"workflowrun/{name} already lists {to} first and was placed elsewhere: {to} "
+            f"was passed over ({why}); its next rollout goes there if it has room by then"
+        )
+    return f"workflowrun/{name} already lists {to} first: nothing to move"
 
 
 async def _rolled_out(
