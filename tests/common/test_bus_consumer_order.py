@@ -193,3 +193,39 @@ async def test_a_pinned_replica_with_no_room_keeps_its_pin_while_its_handler_run
     spec = ordered_spec(concurrency=1, ack_wait_s=3.0)
     await consume(nats_url, spec, [replica("A"), replica("B")], done, within_s=20)
     assert lines == ["a1 start", "a1 end", "a2 start", "a2 end"]
+
+
+async def test_a_redelivered_earlier_event_is_not_held_behind_a_later_one_retried_in_place(
+    nats_url: str,
+) -> None:
+    """b1's first delivery ends without its effect (deferred here; a replica that died in
+    the real case) and comes back after b2 started; b2 fails until b1's effect is there.
+    b1 comes back earlier in the stream than b2, so it runs at once: queued behind b2 it
+    would wait until b2 ran out of attempts."""
+    bus = await Bus.open(nats_url, service="test")
+    for generation in (1, 2):
+        await bus.publish(deleted_event("b", generation))
+    await bus.close()
+    effect = asyncio.Event()
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(event: Envelope, delivery: Delivery) -> None:
+        name = f"{event.name}{event.generation}"
+        seen.append(name)
+        if name == "b1":
+            if seen.count("b1") == 1:
+                delivery.defer(0.3)  # back after b2 has started its retries
+                return
+            effect.set()
+            return
+        if not effect.is_set():
+            raise RuntimeError("b1's effect is not there yet")
+        done.set()
+
+    spec = ordered_spec(max_attempts=8, backoff_s=(0.2,))
+    await consume(nats_url, spec, [handler], done, within_s=20)
+    # b1 came back while b2 was being retried, and b2 passed on its next attempt
+    assert seen[:2] == ["b1", "b2"], seen
+    assert seen.count("b1") == 2 and seen[-1] == "b2", seen
+    assert 2 <= seen.count("b2") < 8, seen

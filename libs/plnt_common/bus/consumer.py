@@ -116,6 +116,8 @@ class _RunTail:
 
     handled: asyncio.Future[None]
     followed: asyncio.Future[None]
+    sequence: int
+    """The event's stream sequence."""
 
 
 UNKNOWN_TYPE_DELAY_S = 5.0
@@ -270,7 +272,9 @@ class EventConsumer:
             await msg.term()
             return
         previous, tail = (
-            self._queue_behind_run(envelope) if self._spec.ordered_by_run else (None, None)
+            self._queue_behind_run(envelope, msg.metadata.sequence.stream)
+            if self._spec.ordered_by_run
+            else (None, None)
         )
         # from now until the ack: waiting behind its run's earlier event is no reason to be
         # sent to another replica
@@ -297,15 +301,24 @@ class EventConsumer:
                 if newest is tail:
                     del self._run_tails[envelope.subject]
 
-    def _queue_behind_run(self, envelope: Envelope) -> tuple[_RunTail | None, _RunTail]:
+    def _queue_behind_run(
+        self, envelope: Envelope, sequence: int
+    ) -> tuple[_RunTail | None, _RunTail | None]:
         """The run's previous event to wait for, and this event's own tail.
 
-        Called before the first await of a task, and tasks start in fetch order, so the
-        chain follows the stream's order per run.
+        Tasks start in fetch order, so the chain follows the stream's order per run. An
+        event earlier in the stream than the run's newest here is a redelivery (its first
+        delivery went to a replica that died): it runs at once and queues nothing, since
+        the later event may be waiting for its effect (retried in place, it would hold the
+        earlier one behind it until it gave up).
         """
-        loop = asyncio.get_running_loop()
-        tail = _RunTail(handled=loop.create_future(), followed=loop.create_future())
         previous = self._run_tails.get(envelope.subject)
+        if previous is not None and sequence < previous.sequence:
+            return None, None
+        loop = asyncio.get_running_loop()
+        tail = _RunTail(
+            handled=loop.create_future(), followed=loop.create_future(), sequence=sequence
+        )
         if previous is not None:
             previous.followed.set_result(None)
         self._run_tails[envelope.subject] = tail
