@@ -27,6 +27,7 @@ from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.loops import ResourceLoop
 
 MERGE = "application/merge-patch+json"
+STOP_WITHIN_S = 15.0
 
 
 @pytest.fixture
@@ -48,9 +49,14 @@ async def watching(bus: Bus, kubeconfig: Path) -> AsyncIterator[None]:
     yield
     stop.set()
     task.cancel()
+    # bounded: a loop that ignored its cancellation would hang the whole suite (seen once
+    # with every core busy); it fails this test instead, saying so
+    done, _ = await asyncio.wait({task}, timeout=STOP_WITHIN_S)
+    api.close()
+    if not done:
+        pytest.fail(f"the watcher's resource loop did not stop within {STOP_WITHIN_S:g}s")
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    api.close()
 
 
 async def projected(bus: Bus, name: str, phase: Phase) -> None:
