@@ -5,44 +5,19 @@ no failed call, and the refusals change nothing."""
 import asyncio
 import contextlib
 import copy
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 from stack_support import Client, invoke, publish_spec, run_document, workflow_named
 from test_e2e_local_backends import local_backend, process_of
+from test_e2e_manual_gate import plnt, refused_line
 
-from plnt_cli.main import main
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
 from plnt_common.releases import release_name
 
 RUN = "mover"
-
-
-async def plnt(stack: Supervisor, *args: str) -> tuple[int, str, str]:
-    """``plnt ARGS...`` as main() runs it (its own event loop, so in a thread)."""
-
-    def call() -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(["--nats", stack.config.nats_url, *args])
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else 1
-        return code, out.getvalue(), err.getvalue()
-
-    return await asyncio.to_thread(call)
-
-
-def one_line(result: tuple[int, str, str]) -> str:
-    code, _, err = result
-    assert code == 1, result
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 async def observed_backend(client: Client, generation: int, run: str = RUN) -> str | None:
@@ -68,10 +43,10 @@ async def test_a_move_makes_the_new_backend_ready_before_the_old_is_retired_unde
     assert await observed_backend(client, 1) == "east"
 
     # refused, in one line, with nothing changed
-    assert one_line(await plnt(stack, "move", RUN, "--to", "nowhere")) == (
+    assert refused_line(await plnt(stack, "move", RUN, "--to", "nowhere")) == (
         "plnt: PlntBackend 'nowhere' not found: plnt get backends lists them"
     )
-    assert one_line(await plnt(stack, "move", RUN, "--to", "east")) == (
+    assert refused_line(await plnt(stack, "move", RUN, "--to", "east")) == (
         f"plnt: workflowrun/{RUN} already serves on east: nothing to move"
     )
     assert (await client.status(RUN))["observedGeneration"] == 1
@@ -129,7 +104,7 @@ async def test_a_run_mid_rollout_is_not_moved(
     await client.apply(gated)
     await client.wait_phase(name, "Paused", generation=2, timeout_s=60)
 
-    line = one_line(await plnt(stack, "move", name, "--to", "west"))
+    line = refused_line(await plnt(stack, "move", name, "--to", "west"))
     assert line == (
         f"plnt: workflowrun/{name} is Paused: a move starts a rollout, so wait for this "
         f"one to end (or plnt abort {name}) first"
