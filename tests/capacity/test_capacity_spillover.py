@@ -9,8 +9,7 @@ import asyncio
 from collections import Counter
 from typing import cast
 
-import pytest
-from test_capacity_placement import Handed, bus, events_of, local_backend, placements
+from test_capacity_placement import Handed, bus, events_of, handlers, local_backend, placements
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
@@ -28,11 +27,14 @@ from plnt_common.events import (
 )
 from plnt_common.releases import DESIRED_PREFIX, DesiredRelease
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
-from plnt_installer.adapters.local_releases import LocalReleaseBackend
 from plnt_installer.handlers import InstallerHandlers
-from plnt_installer.placement import Placements
 
-__all__ = ["bus", "local_backend", "placements"]  # fixtures shared with the one-backend tests
+__all__ = [
+    "bus",
+    "handlers",
+    "local_backend",
+    "placements",
+]  # fixtures shared with the one-backend tests
 
 GPUS_EACH = 4
 SPEC = WorkflowRunSpec.model_validate(
@@ -50,18 +52,6 @@ def local(capacity: int) -> PlntBackendSpec:
             "type": "local",
             "gpuClasses": {"a100": {"resourceName": "nvidia.com/gpu", "capacity": capacity}},
         }
-    )
-
-
-@pytest.fixture
-def handlers(bus: Bus, placements: Placements) -> InstallerHandlers:
-    return InstallerHandlers(
-        bus=bus,
-        backends={"local": LocalReleaseBackend(bus)},
-        ready_timeout_s=10,
-        uninstall_timeout_s=10,
-        placements=placements,
-        capacity_retry_s=0.1,
     )
 
 
