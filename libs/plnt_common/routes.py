@@ -28,6 +28,14 @@ class BackendEndpoint(BaseModel):
     serving: bool = Field(
         default=True, description="False while that backend reports the runner down or Lost."
     )
+    release: str = Field(
+        default="",
+        description="Release on that backend, whose observed address and readiness the "
+        "endpoint follows.",
+    )
+    reason: str = Field(
+        default="", description="Why the runner there is not serving; empty when it is."
+    )
 
 
 class RouteTarget(BaseModel):
