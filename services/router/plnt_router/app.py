@@ -19,10 +19,12 @@ from plnt_common.bus import auth, connect
 from plnt_common.errors import BusMisconfigured
 from plnt_common.logs import configure_logging, get_logger
 from plnt_router.adapters.figures_publisher import FiguresPublisher
+from plnt_router.adapters.health_probe import HealthProber
 from plnt_router.adapters.route_watch import RouteWatcher
 from plnt_router.adapters.shadow_publisher import JetStreamPairPublisher
 from plnt_router.adapters.upstream import RunnerClient
 from plnt_router.chat import ChatHandlers
+from plnt_router.endpoint_health import EndpointHealth
 from plnt_router.handlers import Handlers
 from plnt_router.metrics import InvocationMetrics, set_queue_depth
 from plnt_router.pipeline import INVOKE_PATH, CallPipeline
@@ -39,6 +41,8 @@ INVOCATION_METRICS = web.AppKey("plnt_router_invocation_metrics", InvocationMetr
 """The app's call counters, which the live figures publisher reads back."""
 SHADOW_MIRROR = web.AppKey("plnt_router_shadow_mirror", ShadowMirror)
 """The shadow traffic queue, which publishes its pairs once the bus is connected."""
+RUNNER_CLIENT = web.AppKey("plnt_router_runner_client", RunnerClient)
+"""The pooled client every call to a runner goes through."""
 NATS_RETRY_S = 1.0
 
 
@@ -46,7 +50,7 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
     """The router's HTTP app serving from ``table``; its runner pool opens on app start-up."""
     # aiohttp enforces the body limit while reading, which also covers chunked bodies.
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[json_http_errors])
-    runners = RunnerClient(
+    runners = app[RUNNER_CLIENT] = RunnerClient(
         max_connections=settings.max_in_flight, timeout_s=settings.upstream_timeout_s
     )
     set_queue_depth(0)
@@ -58,9 +62,19 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
         publish_timeout_s=settings.shadow_publish_timeout_s,
         invoke_path=INVOKE_PATH,
     )
+    health = EndpointHealth(
+        down_after=settings.endpoint_down_after, ramp_s=settings.endpoint_ramp_s
+    )
+    prober = HealthProber(
+        table=table,
+        health=health,
+        interval_s=settings.endpoint_probe_interval_s,
+        timeout_s=settings.endpoint_probe_timeout_s,
+    )
     pipeline = CallPipeline(
         settings=settings,
         table=table,
+        health=health,
         runners=runners,
         limiter=InFlightLimiter(
             max_in_flight=settings.max_in_flight,
@@ -84,8 +98,15 @@ def create_app(*, settings: RouterSettings, table: RouteTable) -> web.Applicatio
         yield
         await shadow.stop()
 
+    async def endpoint_probes(_: web.Application) -> AsyncIterator[None]:
+        probing = asyncio.create_task(prober.run())
+        yield
+        probing.cancel()
+        await asyncio.gather(probing, return_exceptions=True)
+
     app.cleanup_ctx.append(runner_pool)
     app.cleanup_ctx.append(shadow_workers)
+    app.cleanup_ctx.append(endpoint_probes)
     app.router.add_post("/workflows/{name}/invoke", handlers.invoke)
     app.router.add_post("/namespaces/{ns}/workflows/{name}/invoke", handlers.invoke)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)

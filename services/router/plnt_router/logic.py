@@ -7,6 +7,7 @@ not know how a call is proxied.
 """
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from plnt_common.names import DEFAULT_NAMESPACE
 from plnt_common.routes import RouteEntry, RouteTarget
@@ -15,6 +16,7 @@ from plnt_common.shadow_pairs import ShadowRoute
 __all__ = [
     "DEFAULT_NAMESPACE",
     "CanarySplit",
+    "EndpointSplit",
     "ShadowBudget",
     "choose_mirrors",
     "choose_target",
@@ -86,6 +88,42 @@ def fallback_target(*, entry: RouteEntry, failed: RouteTarget) -> RouteTarget | 
             continue
         return candidate
     return None
+
+
+class EndpointSplit:
+    """Smooth weighted round robin (nginx's) over one revision's backend endpoints.
+
+    Why round robin and not least-outstanding: the copies of a revision are the same
+    runner, so their shares should be equal and exact, like ``CanarySplit``'s; a weighted
+    counter also carries the ramp of an endpoint coming back (a weight growing from a few
+    percent to 1), which least-outstanding cannot express; and under a sequential load
+    every endpoint has nothing outstanding, so least-outstanding would send every call to
+    the first one. The smooth variant interleaves picks (weights 1:1 alternate, 1:3 give
+    ``b a b b``) instead of sending a run of calls to one endpoint. Keyed by url: an
+    endpoint leaving and coming back starts again from nothing.
+    """
+
+    __slots__ = ("_current",)
+
+    def __init__(self) -> None:
+        self._current: dict[str, float] = {}
+
+    def pick(self, weighted: Sequence[tuple[str, float]]) -> int:
+        """The index in ``weighted`` (``(url, weight)`` pairs, weights above 0, at least
+        one pair) of the endpoint that takes the next call."""
+        current = self._current
+        if len(current) != len(weighted) or any(url not in current for url, _ in weighted):
+            current = self._current = {url: current.get(url, 0.0) for url, _ in weighted}
+        total = 0.0
+        best, best_score = 0, float("-inf")
+        for index, (url, weight) in enumerate(weighted):
+            score = current[url] + weight
+            current[url] = score
+            total += weight
+            if score > best_score:
+                best, best_score = index, score
+        current[weighted[best][0]] -= total
+        return best
 
 
 def choose_mirrors(

@@ -5,7 +5,7 @@ only caches their labelled children so the hot path skips prometheus-client's lo
 label lookup. It does not expose ``/metrics`` (``handlers`` does).
 """
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from plnt_common.metrics import INVOCATION_DURATION, INVOCATIONS, LLM_COST, LLM_TOKENS, QUEUE_DEPTH
 
@@ -103,4 +103,11 @@ SHADOW_BUDGET_SPENT = Counter(
     "plnt_router_shadow_budget_spent_total",
     "Sagas whose shadow budget this router used up (once each): mirroring stopped for them.",
     ["workflow"],
+)
+
+BACKEND_UP = Gauge(
+    "plnt_router_backend_up",
+    "1 while a backend endpoint of a spread revision takes calls, 0 while the router took it "
+    "out (it stopped answering) or its backend reports the runner down.",
+    ["workflow", "revision", "backend"],
 )

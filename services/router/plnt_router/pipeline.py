@@ -25,9 +25,10 @@ from plnt_common import tracing
 from plnt_common.admission import InFlightLimiter, Saturated
 from plnt_common.logs import get_logger
 from plnt_common.names import MAX_RUN_NAME
-from plnt_common.routes import RouteTarget, route_key
+from plnt_common.routes import BackendEndpoint, RouteTarget, route_key
 from plnt_common.shadow_pairs import EFFECTS_REQUEST_HEADER, EFFECTS_RESPONSE_HEADER
 from plnt_router.adapters.upstream import RunnerClient, UpstreamReply
+from plnt_router.endpoint_health import EndpointHealth
 from plnt_router.errors import UpstreamTimeout, UpstreamUnavailable
 from plnt_router.json_body import JsonRejected, load_object
 from plnt_router.logic import fallback_target
@@ -68,6 +69,9 @@ DRAINING_HEADER = "x-plnt-draining"
 """On a stopping runner's 503: the call was not run, so it may go to another runner."""
 CLIENT_CLOSED = 499
 """Status recorded for a call whose client went away before its answer (nginx's code)."""
+UNHEALTHY_STATUSES = frozenset({502, 503, 504})
+"""Statuses that count against a backend endpoint's health: no runner answered the call
+(a 500 is the workflow's own failure, from a runner that works)."""
 
 
 @dataclass(slots=True)
@@ -129,8 +133,14 @@ class CallPipeline:
         limiter: InFlightLimiter,
         metrics: InvocationMetrics,
         shadow: ShadowMirror | None = None,
+        health: EndpointHealth | None = None,
     ) -> None:
         self._table = table
+        self._health = health or EndpointHealth(
+            down_after=settings.endpoint_down_after, ramp_s=settings.endpoint_ramp_s
+        )
+        self._connect_timeout_s = settings.connect_timeout_s
+        self._retry_unanswered = settings.retry_unanswered
         self._shadow = shadow
         self._runners = runners
         self._limiter = limiter
@@ -357,6 +367,10 @@ class CallPipeline:
             raise reject(503, "workflow_not_ready", f"workflow '{call.name}' has no ready revision")
         if route.entry.shadow is not None and self._shadow is not None:
             self._order_mirror(call, route, target, body=body, headers=headers)
+        if target.endpoints:
+            return await self._open_spread(
+                call, route, target, body=body, headers=headers, stream=stream
+            )
         try:
             try:
                 reply = await self._post(call, target, body=body, headers=headers, stream=stream)
@@ -429,6 +443,136 @@ class CallPipeline:
             ),
         )
 
+    async def _open_spread(
+        self,
+        call: Call,
+        route: Route,
+        target: RouteTarget,
+        *,
+        body: bytes,
+        headers: dict[str, str],
+        stream: bool,
+    ) -> UpstreamReply:
+        """Send a call to one backend endpoint of a spread revision; once more elsewhere
+        when no runner ran it (see ``_resendable``): another endpoint of the same revision,
+        else the route's other target."""
+        first = self._choose_endpoint(route, target)
+        if first is None:  # the table keeps only targets with a serving endpoint
+            raise reject(503, "workflow_not_ready", f"workflow '{call.name}' has no ready backend")
+        try:
+            failure: UpstreamTimeout | UpstreamUnavailable | None = None
+            try:
+                reply = await self._post_endpoint(
+                    call, target, first, body=body, headers=headers, stream=stream
+                )
+                if reply.status != 503:  # a runner's 503: it did not run the call
+                    return reply
+            except (UpstreamTimeout, UpstreamUnavailable) as exc:
+                if not self._resendable(exc):
+                    raise
+                failure = exc
+            second_target, second = target, self._choose_endpoint(route, target, besides=first.url)
+            if second is None:
+                fallback = self._elsewhere(call, target)
+                if fallback is None:  # nowhere else: the runner's own 503, or its failure
+                    if failure is not None:
+                        raise failure
+                    return reply
+                second_target = fallback
+                if fallback.endpoints:
+                    second = self._choose_endpoint(route, fallback)
+            if failure is None:
+                reply.close()
+            log.warning(
+                "router.sent_elsewhere",
+                workflow=call.workflow,
+                failed=first.url,
+                to=second.url if second is not None else second_target.url,
+                revision=second_target.revision,
+                error=str(failure) if failure is not None else "503",
+            )
+            if second is None:
+                return await self._post(
+                    call, second_target, body=body, headers=headers, stream=stream
+                )
+            return await self._post_endpoint(
+                call, second_target, second, body=body, headers=headers, stream=stream
+            )
+        except (UpstreamTimeout, UpstreamUnavailable) as exc:
+            raise self.upstream_failure(call, exc) from None
+
+    def _resendable(self, exc: UpstreamTimeout | UpstreamUnavailable) -> bool:
+        """Whether no runner ran the call, so another may: it was never sent (connection
+        refused or too slow), or, when allowed, the connection broke before any answer."""
+        if isinstance(exc, UpstreamTimeout):
+            return exc.before_send
+        return exc.before_send or (exc.before_answer and self._retry_unanswered)
+
+    def _elsewhere(self, call: Call, failed: RouteTarget) -> RouteTarget | None:
+        """The route's other ready target, for a call no endpoint of ``failed`` ran."""
+        route = self._table.get(call.key)
+        if route is None:
+            return None
+        return fallback_target(entry=route.entry, failed=failed)
+
+    def _choose_endpoint(
+        self, route: Route, target: RouteTarget, *, besides: str = ""
+    ) -> BackendEndpoint | None:
+        """The serving endpoint of ``target`` that takes the next call, weighted by health:
+        out while down, ramping after a return. When every one is down they are all tried
+        rather than none (the probe may lag a backend that is back). With ``besides`` (a
+        re-send): the healthiest endpoint other than that url, the split left as it was;
+        None when there is none."""
+        endpoints = route.serving_endpoints.get(target.revision)
+        if endpoints is None:  # not the route's own target (a fallback's other revision)
+            endpoints = tuple(target.serving_endpoints())
+        if besides:
+            others = [e for e in endpoints if e.url != besides]
+            return max(others, key=lambda e: self._health.weight(e.url), default=None)
+        weighted = [(e.url, w) for e in endpoints if (w := self._health.weight(e.url)) > 0]
+        if not weighted:
+            weighted = [(e.url, 1.0) for e in endpoints]
+        if not weighted:
+            return None
+        url = weighted[route.endpoint_split(target.revision).pick(weighted)][0]
+        return next(e for e in endpoints if e.url == url)
+
+    async def _post_endpoint(
+        self,
+        call: Call,
+        target: RouteTarget,
+        endpoint: BackendEndpoint,
+        *,
+        body: bytes,
+        headers: dict[str, str],
+        stream: bool,
+    ) -> UpstreamReply:
+        """``_post`` to one backend endpoint, its outcome counted in the endpoint's health."""
+        url = endpoint.url
+        try:
+            reply = await self._post(
+                call,
+                target,
+                body=body,
+                headers=headers,
+                stream=stream,
+                url=url,
+                connect_timeout_s=self._connect_timeout_s,
+            )
+        except UpstreamUnavailable as exc:
+            if exc.before_answer:
+                self._health.failed(url)
+            raise
+        except UpstreamTimeout as exc:
+            if exc.before_send:
+                self._health.failed(url)
+            raise
+        if reply.status in UNHEALTHY_STATUSES:
+            self._health.failed(url)
+        else:
+            self._health.answered(url)
+        return reply
+
     def _instead_of_draining(self, call: Call, draining: RouteTarget) -> RouteTarget | None:
         """Where a call refused by a stopping runner goes: the target the route picks now,
         or its other target; None when both are that runner."""
@@ -448,10 +592,16 @@ class CallPipeline:
         body: bytes,
         headers: dict[str, str],
         stream: bool,
+        url: str = "",
+        connect_timeout_s: float | None = None,
     ) -> UpstreamReply:
         call.revision = target.revision
         reply = await self._runners.post(
-            url=target.url.rstrip("/") + INVOKE_PATH, body=body, headers=headers, stream=stream
+            url=(url or target.url).rstrip("/") + INVOKE_PATH,
+            body=body,
+            headers=headers,
+            stream=stream,
+            connect_timeout_s=connect_timeout_s,
         )
         tokens = reply.header(TOKENS_HEADER)
         if tokens is not None:

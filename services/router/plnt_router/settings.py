@@ -83,6 +83,54 @@ class RouterSettings(CommonSettings):
             "SSE stream; beyond it the router answers 504."
         ),
     )
+    connect_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description=(
+            "Longest wait for a new connection to a backend endpoint of a spread revision "
+            "(one listing endpoints); beyond it the endpoint counts a failure and the call "
+            "goes to another. A target with only a url waits upstream_timeout_s, as before."
+        ),
+    )
+    endpoint_down_after: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "Failures in a row (connection refused or timed out, connection broken before "
+            "the answer, 502/503/504) that take a backend endpoint out of its revision's split."
+        ),
+    )
+    endpoint_probe_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description=(
+            "How often an endpoint taken out is asked its runner's GET /healthz; a 200 brings "
+            "it back."
+        ),
+    )
+    endpoint_probe_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Longest wait for one health probe's answer; no answer counts as down.",
+    )
+    endpoint_ramp_s: float = Field(
+        default=10.0,
+        ge=0,
+        description=(
+            "Seconds over which an endpoint that came back goes from a twentieth of its share "
+            "of calls to all of it (0: all at once)."
+        ),
+    )
+    retry_unanswered: bool = Field(
+        default=True,
+        description=(
+            "Re-send once, to another endpoint, a call to a spread revision whose runner broke "
+            "the connection before answering (it usually died with the call). Calls never "
+            "sent, and 503s (the runner did not run the call), are re-sent regardless. "
+            "false: such a call is answered 502, for workflows whose side effects must never "
+            "run twice."
+        ),
+    )
     shutdown_grace_s: float = Field(
         default=30.0,
         ge=0,

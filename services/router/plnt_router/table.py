@@ -9,8 +9,8 @@ revision serves a call (``logic.choose_target`` does). Plain data, no I/O.
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from plnt_common.routes import RouteEntry, RouteTarget
-from plnt_router.logic import CanarySplit, choose_target
+from plnt_common.routes import BackendEndpoint, RouteEntry, RouteTarget
+from plnt_router.logic import CanarySplit, EndpointSplit, choose_target
 
 
 @dataclass(slots=True)
@@ -25,10 +25,22 @@ class Route:
     """Which live calls are mirrored to the canary while ``entry.shadow`` is set."""
     noise_split: CanarySplit = field(default_factory=CanarySplit)
     """Which live calls go to the stable a second time (the noise floor)."""
+    listed: RouteEntry | None = None
+    """The entry as written, down targets included (the health gauge reads it)."""
+    endpoint_splits: dict[str, EndpointSplit] = field(default_factory=dict)
+    """Per revision, how its calls are split across its backend endpoints."""
+    serving_endpoints: dict[str, tuple[BackendEndpoint, ...]] = field(default_factory=dict)
+    """Per spread revision, its serving endpoints: worked out once per route change."""
 
     def pick(self) -> RouteTarget | None:
         """The target for the next call; None when nothing is ready."""
         return choose_target(entry=self.entry, split=self.split)
+
+    def endpoint_split(self, revision: str) -> EndpointSplit:
+        split = self.endpoint_splits.get(revision)
+        if split is None:
+            split = self.endpoint_splits[revision] = EndpointSplit()
+        return split
 
 
 class RouteTable:
@@ -85,5 +97,14 @@ class RouteTable:
 
 
 def _store(route: Route, listed: RouteEntry) -> None:
+    route.listed = listed
     route.entry = listed.serving_only()
     route.runners_down = listed.has_ready_target() and not route.entry.has_ready_target()
+    spread = [t for t in (route.entry.stable, route.entry.canary) if t is not None and t.endpoints]
+    route.serving_endpoints = {t.revision: tuple(t.serving_endpoints()) for t in spread}
+    # Split state of revisions no longer routed is dropped; the others keep theirs.
+    route.endpoint_splits = {
+        revision: split
+        for revision, split in route.endpoint_splits.items()
+        if revision in route.serving_endpoints
+    }

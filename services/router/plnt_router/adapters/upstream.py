@@ -114,12 +114,17 @@ class UpstreamReply:
         self._conn.release()
 
 
-def _translate(exc: BaseException, *, url: str, timeout_s: float) -> Exception:
-    """The project error for a failure of a call already sent to ``url``."""
+def _translate(
+    exc: BaseException, *, url: str, timeout_s: float, before_answer: bool = False
+) -> Exception:
+    """The project error for a failure of a call already sent to ``url``; ``before_answer``
+    when no status line had arrived yet."""
     if isinstance(exc, TimeoutError):
         return UpstreamTimeout(f"runner at {url} did not answer within {timeout_s:g}s")
     detail = str(exc) or type(exc).__name__
-    return UpstreamUnavailable(f"runner at {url} failed mid-call: {detail}", before_send=False)
+    return UpstreamUnavailable(
+        f"runner at {url} failed mid-call: {detail}", before_send=False, before_answer=before_answer
+    )
 
 
 class RunnerClient:
@@ -181,12 +186,16 @@ class RunnerClient:
         body: bytes,
         headers: Mapping[str, str],
         stream: bool,
+        connect_timeout_s: float | None = None,
     ) -> UpstreamReply:
         """POST ``body`` to ``url`` and return once the answer's headers arrived.
 
         ``stream`` picks the timeout: whole-answer for JSON, between-chunks for SSE.
+        ``connect_timeout_s`` bounds a new connection on its own (None: the call's timeout).
         Raises ``UpstreamUnavailable`` (``before_send`` true when the connection could not
-        be made) or ``UpstreamTimeout``. Never returns None.
+        be made, ``before_answer`` when it broke before the status line) or
+        ``UpstreamTimeout`` (``before_send`` when connecting took too long). Never returns
+        None.
         """
         if not self._started:
             raise RuntimeError("RunnerClient.start() was not awaited")
@@ -196,7 +205,7 @@ class RunnerClient:
         request = _request_bytes(endpoint, body, headers)
         # JSON: one deadline for connect, headers and body; a stream: each wait bounded.
         started = time.monotonic()
-        conn = await self._acquire(endpoint, url=url)
+        conn = await self._acquire(endpoint, url=url, connect_timeout_s=connect_timeout_s)
         whole = None if stream else max(self._timeout_s - (time.monotonic() - started), 0.0)
         read_timeout = self._timeout_s if stream else None
         conn.send(request, timeout_s=whole)
@@ -204,7 +213,7 @@ class RunnerClient:
             await conn.wait_head(timeout_s=read_timeout)
         except (OSError, TimeoutError) as exc:
             conn.release()
-            raise _translate(exc, url=url, timeout_s=self._timeout_s) from None
+            raise _translate(exc, url=url, timeout_s=self._timeout_s, before_answer=True) from None
         except BaseException:
             conn.release()
             raise
@@ -214,7 +223,9 @@ class RunnerClient:
 
     # -- the pool ------------------------------------------------------------------------
 
-    async def _acquire(self, endpoint: _Endpoint, *, url: str) -> RunnerConnection:
+    async def _acquire(
+        self, endpoint: _Endpoint, *, url: str, connect_timeout_s: float | None = None
+    ) -> RunnerConnection:
         """A kept-alive connection to ``endpoint``, or a new one. Raises ``UpstreamUnavailable``
         (``before_send``) when it cannot connect, ``UpstreamTimeout`` when connecting is slow."""
         idle = self._idle.get(endpoint.key)
@@ -240,9 +251,12 @@ class RunnerClient:
                     conn = idle.pop()
                     if conn.transport is not None:
                         return conn
-        return await self._connect(endpoint, url=url)
+        timeout_s = connect_timeout_s or self._timeout_s
+        return await self._connect(endpoint, url=url, timeout_s=timeout_s)
 
-    async def _connect(self, endpoint: _Endpoint, *, url: str) -> RunnerConnection:
+    async def _connect(
+        self, endpoint: _Endpoint, *, url: str, timeout_s: float
+    ) -> RunnerConnection:
         loop = asyncio.get_running_loop()
         context = None
         if endpoint.tls:
@@ -251,7 +265,7 @@ class RunnerClient:
             context = self._ssl
         self._opening += 1
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(timeout_s):
                 _, conn = await loop.create_connection(
                     lambda: RunnerConnection(self, endpoint.key),
                     endpoint.host,
@@ -260,7 +274,8 @@ class RunnerClient:
                 )
         except TimeoutError:
             raise UpstreamTimeout(
-                f"runner at {url} did not accept a connection within {self._timeout_s:g}s"
+                f"runner at {url} did not accept a connection within {timeout_s:g}s",
+                before_send=True,
             ) from None
         except OSError as exc:
             raise UpstreamUnavailable(
