@@ -348,3 +348,59 @@ async def test_a_target_with_only_url_is_tried_on_every_call_as_before(
     async with http.post(url, json={}) as response:
         assert response.status == 200
     assert await backend_up(http, router) == {}
+
+
+async def test_with_every_endpoint_down_calls_still_try_them_and_reach_one_that_is_back(
+    table: RouteTable,
+    start_spread_router: Callable[..., Awaitable[Router]],
+    backends: Callable[..., Awaitable[Backend]],
+    http: aiohttp.ClientSession,
+) -> None:
+    """The probe may lag (here it never runs in time): a call still gets through."""
+    east, west = await backends("east"), await backends("west")
+    table.put(key=KEY, entry=spread_entry(east, west))
+    router = await start_spread_router(endpoint_probe_interval_s=60.0)
+    url = f"{router.url}/workflows/spread/invoke"
+    await east.kill()
+    await west.kill()
+    for n in range(2):
+        async with http.post(url, json={"n": n}) as response:
+            assert response.status == 502
+    await backends("east", east.port)
+    async with http.post(url, json={}) as response:
+        assert response.status == 200
+        assert (await response.json())["backend"] == "east"
+
+
+async def test_a_url_only_target_answering_503_is_not_re_sent_as_before(
+    table: RouteTable,
+    start_app: StartApp,
+    start_spread_router: Callable[..., Awaitable[Router]],
+    http: aiohttp.ClientSession,
+) -> None:
+    """Only a spread revision re-sends a plain 503; a url-only target re-sends only the
+    draining one (to the other revision), as it always did."""
+
+    async def not_ready(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"error": "starting"}, status=503)
+
+    async def works(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"backend": "canary"})
+
+    apps = []
+    for handler in (not_ready, works):
+        app = web.Application()
+        app.router.add_post("/invoke", handler)
+        apps.append(await start_app(app))
+    stable = RouteTarget(revision="1.0.0-g1", url=apps[0])
+    canary = RouteTarget(revision="1.1.0-g2", url=apps[1])
+    entry = RouteEntry(
+        namespace="default", name="spread", stable=stable, canary=canary, canary_weight=1
+    )
+    table.put(key=KEY, entry=entry)
+    router = await start_spread_router()
+    async with http.post(f"{router.url}/workflows/spread/invoke", json={}) as response:
+        assert response.status == 503
+    assert [url for _, url in router.sent] == [apps[0] + "/invoke"]
