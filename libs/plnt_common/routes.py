@@ -30,11 +30,6 @@ class BackendEndpoint(BaseModel):
     )
     release: str = Field(
         default="",
-        description="Release serving this copy, whose observed address the url follows.",
-        examples=["review-responder-g1-gpu-west"],
-    )
-    release: str = Field(
-        default="",
         description="Release on that backend, whose observed address and readiness the "
         "endpoint follows.",
     )
