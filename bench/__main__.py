@@ -7,7 +7,8 @@ and the backend called directly) ``runner`` (the executor, the step cache,
 backpressure, GPU metrics), ``runner-load`` (one runner holding 100 to 1,000 calls in
 flight against a slow LLM) and ``code-deploy`` (apply → Ready of a workflow with code and
 a requirement, first and cached), ``tracing`` (router and executor with tracing off and on),
-``placement`` (the installer's choice over 50 backends, placements per second, overcommit);
+``placement`` (the installer's choice over 50 backends, placements per second, overcommit),
+``failover`` (a spread revision's backend killed under load: calls lost, time to move);
 ``--only SECTION`` (repeatable) picks some. Each section
 starts its own processes on free ports; the machine and versions are printed so the
 tables can be pasted into docs/benchmarks.md.
@@ -24,6 +25,7 @@ from pathlib import Path
 from bench.cluster import cluster_section
 from bench.code_deploy import code_deploy_section
 from bench.deploy import apply_to_ready, embedded_stack
+from bench.failover import failover_section
 from bench.hops import hops
 from bench.placement import placement_section
 from bench.rollback import rollback_section
@@ -46,6 +48,7 @@ SECTIONS = (
     "code-deploy",
     "tracing",
     "placement",
+    "failover",
 )
 
 
@@ -114,6 +117,9 @@ def main() -> None:
     parser.add_argument(
         "--code-deploys", type=int, default=5, help="code-deploy: repetitions, a stack each"
     )
+    parser.add_argument(
+        "--failover-kills", type=int, default=10, help="failover: backend kills under load"
+    )
     add_arguments(parser)
     args = parser.parse_args()
     sections = args.only or list(SECTIONS)
@@ -140,6 +146,8 @@ def main() -> None:
         tracing_section()
     if "placement" in sections:
         placement_section()
+    if "failover" in sections:
+        failover_section(args.failover_kills)
 
 
 def deploy_table(args: argparse.Namespace) -> None:
