@@ -95,7 +95,7 @@ async def _place(handlers: InstallerHandlers, event: Envelope) -> tuple[str, flo
     started = time.perf_counter()
     placed = await handlers.place(event, event.payload(), cast(Delivery, handed))
     took = time.perf_counter() - started
-    return ("" if placed is None else placed[0].backend_name), took
+    return ("" if placed is None else placed[0][0].backend_name), took
 
 
 def _handlers(bus: Bus, placements: Placements) -> InstallerHandlers:

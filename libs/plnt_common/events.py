@@ -116,6 +116,17 @@ class RunSnapshot(_Data):
     spec: WorkflowRunSpec
 
 
+class SpreadRelease(_Data):
+    """The canary on one further backend of ``spec.placement.spread``."""
+
+    backend: str = Field(description="The PlntBackend.", examples=["gpu-west"])
+    release: str = Field(
+        description="Release name on that backend.",
+        examples=["default-review-responder-g2-gpu-west"],
+    )
+    url: str = Field(description="Runner base URL there.")
+
+
 class CanaryRef(_Data):
     """Where a saga's canary runs."""
 
@@ -125,6 +136,12 @@ class CanaryRef(_Data):
     )
     url: str = Field(description="Runner base URL the router and smoke call.")
     spec_digest: str = ""
+    backend: str = Field(default="", description="The PlntBackend of ``release``.")
+    spread: tuple[SpreadRelease, ...] = Field(
+        default=(),
+        description="The same canary on each further backend of spec.placement.spread, in "
+        "order; the router splits the revision's calls across all of them.",
+    )
 
 
 class SmokeFigures(_Data):

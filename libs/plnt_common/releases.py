@@ -30,7 +30,17 @@ def release_name(namespace: str, run_name: str, generation: int) -> str:
     long names that share a head still differ. Never parse a run back out of it: records
     carry ``namespace`` and ``run_name``.
     """
-    full = f"{namespace}-{run_name}-g{generation}"
+    return _bounded(f"{namespace}-{run_name}-g{generation}")
+
+
+def spread_release_name(namespace: str, run_name: str, generation: int, backend: str) -> str:
+    """The release of a generation on a further backend of ``spec.placement.spread``:
+    ``release_name`` plus ``-<backend>``, bounded the same way. Names differ per backend
+    because one plnt keys every backend's releases by namespace and name."""
+    return _bounded(f"{namespace}-{run_name}-g{generation}-{backend}")
+
+
+def _bounded(full: str) -> str:
     if len(full) <= HELM_RELEASE_NAME_MAX:
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LEN]
@@ -56,12 +66,13 @@ def kube_observed_key(namespace: str, release: str) -> str:
 
 
 def may_be_release_of(release: str, *, namespace: str, run_name: str) -> bool:
-    """Whether ``release`` can be a ``release_name`` of ``namespace``/``run_name``: a cheap
-    filter before reading a release's records, which say for sure (a hashed name's head
-    may be shared by other runs)."""
+    """Whether ``release`` can be a ``release_name`` (or ``spread_release_name``) of
+    ``namespace``/``run_name``: a cheap filter before reading a release's records, which
+    say for sure (a hashed name's head may be shared by other runs)."""
     head = f"{namespace}-{run_name}-g"
-    if release.startswith(head) and release[len(head) :].isdigit():
-        return True
+    generation = release[len(head) :].partition("-")[0]
+    if release.startswith(head) and generation.isdigit():
+        return True  # the generation's release, or a spread one (``-<backend>``)
     legacy = f"{run_name}-g"  # named by a plnt older than namespaced names: still the run's
     if release.startswith(legacy) and release[len(legacy) :].isdigit():
         return True

@@ -201,10 +201,14 @@ class LabelSelector(_Model):
     )
 
 
-PLACEMENT_SPREAD_UNSUPPORTED = "spec.placement.spread above 1 is not supported yet"
+SPREAD_EXCEEDS_BACKENDS = "spec.placement.spread exceeds the number of backends listed"
+SPREAD_WITH_KEPT_PREVIOUS = (
+    "spec.placement.spread above 1 with spec.rollback.keepPreviousFor is not supported yet"
+    " (a kept previous revision is held on one backend)"
+)
 FAILOVER_NOT_ACTED_ON = (
-    "failover is not acted on yet: a lost backend's runs stop answering until it returns"
-    " (docs/multi-cluster.md)"
+    "with spread 1, failover is not acted on yet: the run stops answering while its backend"
+    " is lost (spread above 1 keeps serving from the others; docs/multi-cluster.md)"
 )
 
 
@@ -224,7 +228,8 @@ class Placement(_Model):
         default=1, ge=1, le=32, description="How many backends run the runner at once."
     )
     failover: bool = Field(
-        default=False, description="Serving moves to the next backend on loss (not acted on yet)."
+        default=False,
+        description="With spread above 1, a lost backend's share of calls moves to the others.",
     )
 
     @field_validator("backends")
@@ -242,8 +247,8 @@ class Placement(_Model):
     def _one_way_to_choose(self) -> "Placement":
         if (self.backends is None) == (self.selector is None):
             raise ValueError("spec.placement needs exactly one of backends and selector")
-        if self.spread > 1:
-            raise ValueError(PLACEMENT_SPREAD_UNSUPPORTED)
+        if self.backends is not None and self.spread > len(self.backends):
+            raise ValueError(SPREAD_EXCEEDS_BACKENDS)
         return self
 
 
@@ -520,6 +525,12 @@ class WorkflowRunSpec(_Model):
             raise ValueError("spec.backend.cluster and spec.placement exclude each other: give one")
         if self.placement is None and self.backend.cluster is None:
             raise ValueError("spec.backend.cluster or spec.placement is required")
+        return self
+
+    @model_validator(mode="after")
+    def _spread_keeps_no_previous(self) -> "WorkflowRunSpec":
+        if self.placement and self.placement.spread > 1 and self.rollback.keep_previous_for:
+            raise ValueError(SPREAD_WITH_KEPT_PREVIOUS)
         return self
 
     @property

@@ -42,7 +42,13 @@ PLACEMENT_EXCLUDES_CLUSTER = (
 )
 PLACEMENT_OR_CLUSTER = "has(self.placement) || (has(self.backend) && has(self.backend.cluster))"
 PLACEMENT_ONE_WAY = "has(self.backends) != has(self.selector)"
-PLACEMENT_SPREAD_ONE = "!has(self.spread) || self.spread <= 1"
+PLACEMENT_SPREAD_FITS = (
+    "!has(self.spread) || !has(self.backends) || self.spread <= size(self.backends)"
+)
+SPREAD_WITHOUT_KEEP = (
+    "!has(self.placement) || !has(self.placement.spread) || self.placement.spread <= 1"
+    " || !has(self.rollback) || !has(self.rollback.keepPreviousFor)"
+)
 
 
 def _named(name: str) -> dict[str, Any]:
@@ -184,9 +190,26 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
         [{"backends": ["a"]}, {"selector": {"matchLabels": {"tier": "gpu"}}}],
         [{}, {"backends": ["a"], "selector": {"matchLabels": {"tier": "gpu"}}}],
     ),
-    PLACEMENT_SPREAD_ONE: (
-        [{"backends": ["a"]}, {"backends": ["a"], "spread": 1}],
-        [{"backends": ["a", "b"], "spread": 2}],
+    PLACEMENT_SPREAD_FITS: (
+        [
+            {"backends": ["a"]},
+            {"backends": ["a", "b"], "spread": 2},
+            {"selector": {"matchLabels": {"tier": "gpu"}}, "spread": 3},
+        ],
+        [{"backends": ["a"], "spread": 2}, {"backends": ["a", "b"], "spread": 3}],
+    ),
+    SPREAD_WITHOUT_KEEP: (
+        [
+            {"placement": {"backends": ["a", "b"], "spread": 2}},
+            {"placement": {"backends": ["a"], "spread": 1}, "rollback": {"keepPreviousFor": "1m"}},
+            {"backend": {"cluster": "a"}, "rollback": {"keepPreviousFor": "1m"}},
+        ],
+        [
+            {
+                "placement": {"backends": ["a", "b"], "spread": 2},
+                "rollback": {"keepPreviousFor": "1m"},
+            }
+        ],
     ),
 }
 

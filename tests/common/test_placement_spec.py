@@ -82,9 +82,17 @@ def test_a_selector_placement_is_accepted() -> None:
             id="backends-and-selector",
         ),
         pytest.param(
-            {"placement": {"backends": ["a", "b"], "spread": 2}},
-            "spec.placement.spread above 1 is not supported yet",
-            id="spread",
+            {"placement": {"backends": ["a", "b"], "spread": 3}},
+            "spec.placement.spread exceeds the number of backends listed",
+            id="spread-beyond-backends",
+        ),
+        pytest.param(
+            {
+                "placement": {"backends": ["a", "b"], "spread": 2},
+                "rollback": {"keepPreviousFor": "1m"},
+            },
+            "spec.placement.spread above 1 with spec.rollback.keepPreviousFor is not supported",
+            id="spread-with-kept-previous",
         ),
     ],
 )

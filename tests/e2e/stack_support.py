@@ -211,6 +211,39 @@ async def invoke(url: str, body: dict[str, Any]) -> tuple[int, str, dict[str, An
         return response.status, response.headers.get("x-plnt-revision", ""), payload
 
 
+class LiveLoad:
+    """Calls to ``url`` one after another while the block runs: every answer's (status,
+    revision), and every failed call (a status other than 200, another revision than
+    ``revision`` when given, or a refused or reset connection)."""
+
+    def __init__(self, url: str, *, revision: str = "", pause_s: float = 0.02) -> None:
+        self.calls: list[tuple[int, str]] = []
+        self.failures: list[str] = []
+        self._url, self._revision, self._pause_s = url, revision, pause_s
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> "LiveLoad":
+        self._task = asyncio.create_task(self._load())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+
+    async def _load(self) -> None:
+        while not self._stop.is_set():
+            try:
+                code, revision, _ = await invoke(self._url, {"review": "fine"})
+                self.calls.append((code, revision))
+                if code != 200 or revision != (self._revision or revision):
+                    self.failures.append(f"{code} {revision}")
+            except Exception as exc:  # a refused or reset call is a failed call
+                self.failures.append(repr(exc))
+            await asyncio.sleep(self._pause_s)
+
+
 @contextlib.asynccontextmanager
 async def delayed_endpoint(delay_s: float) -> AsyncIterator[str]:
     """A real HTTP endpoint that answers ``POST /`` after ``delay_s``: keeps a step busy."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from stack_support import (
     Client,
+    LiveLoad,
     backend_document,
     invoke,
     publish_spec,
@@ -122,46 +123,29 @@ async def test_two_local_backends_run_their_own_runners_and_losing_one_spares_th
     assert children_of(west.pid) == [west_runner]
     assert (await observed(client, "on-east"))["backend_name"] == "east"
 
-    calls: list[int] = []
-    failures: list[str] = []
-    stop = asyncio.Event()
+    async with LiveLoad(west_url, revision="1.0.0-g1") as load:
+        restarts = east.restarts
+        east_pid = east.pid
+        os.kill(east_pid, signal.SIGKILL)
+        os.killpg(east_runner, signal.SIGKILL)
 
-    async def load() -> None:
-        while not stop.is_set():
-            try:
-                code, revision, _ = await invoke(west_url, {"review": "fine"})
-                calls.append(code)
-                if (code, revision) != (200, "1.0.0-g1"):
-                    failures.append(f"{code} {revision}")
-            except Exception as exc:  # a refused or reset call is a failed call
-                failures.append(repr(exc))
-            await asyncio.sleep(0.02)
+        await wait_until("east's local-backend restarted", lambda: east.restarts > restarts)
+        await wait_until("east's local-backend running again", lambda: east.pid != east_pid)
 
-    loading = asyncio.create_task(load())
-    restarts = east.restarts
-    east_pid = east.pid
-    os.kill(east_pid, signal.SIGKILL)
-    os.killpg(east_runner, signal.SIGKILL)
+        async def east_serves() -> bool:
+            with contextlib.suppress(Exception):
+                return (await invoke(east_url, {"review": "fine"}))[:2] == (200, "1.0.0-g1")
+            return False
 
-    await wait_until("east's local-backend restarted", lambda: east.restarts > restarts)
-    await wait_until("east's local-backend running again", lambda: east.pid != east_pid)
+        deadline = time.monotonic() + 60
+        while not await east_serves():
+            assert time.monotonic() < deadline, (
+                f"east never served again: {await observed(client, 'on-east')}"
+            )
+            await asyncio.sleep(0.2)
 
-    async def east_serves() -> bool:
-        with contextlib.suppress(Exception):
-            return (await invoke(east_url, {"review": "fine"}))[:2] == (200, "1.0.0-g1")
-        return False
-
-    deadline = time.monotonic() + 60
-    while not await east_serves():
-        assert time.monotonic() < deadline, (
-            f"east never served again: {await observed(client, 'on-east')}"
-        )
-        await asyncio.sleep(0.2)
-    stop.set()
-    await loading
-
-    assert not failures, failures[:5]
-    assert len(calls) > 20, len(calls)
+    assert not load.failures, load.failures[:5]
+    assert len(load.calls) > 20, len(load.calls)
     # West untouched: same process, same runner, its observed record kept.
     assert stack.local_backends()["west"].pid == west.pid and west.restarts == 0
     assert alive(west_runner) and parent_of(west_runner) == west.pid

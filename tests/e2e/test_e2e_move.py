@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stack_support import Client, invoke, publish_spec, run_document, workflow_named
+from stack_support import Client, LiveLoad, publish_spec, run_document, workflow_named
 from test_e2e_local_backends import local_backend, process_of
 from test_e2e_manual_gate import plnt, refused_line
 
@@ -51,33 +51,14 @@ async def test_a_move_makes_the_new_backend_ready_before_the_old_is_retired_unde
     )
     assert (await client.status(RUN))["observedGeneration"] == 1
 
-    calls: list[tuple[int, str]] = []
-    failures: list[str] = []
-    stop = asyncio.Event()
-
-    async def load() -> None:
-        while not stop.is_set():
-            try:
-                code, revision, _ = await invoke(endpoint, {"review": "fine"})
-                calls.append((code, revision))
-                if code != 200:
-                    failures.append(f"{code} {revision}")
-            except Exception as exc:  # a refused or reset call is a failed call
-                failures.append(repr(exc))
-            await asyncio.sleep(0.02)
-
-    loading = asyncio.create_task(load())
-    try:
+    async with LiveLoad(endpoint) as load:
         code, out, err = await plnt(stack, "move", RUN, "--to", "west")
-    finally:
         await asyncio.sleep(1)  # calls after the old runner's retirement still answer
-        stop.set()
-        await loading
     assert code == 0, err
     assert out.splitlines()[-1] == f"workflowrun/{RUN} moved to west: phase Ready"
-    assert failures == [], failures[:5]
-    assert {revision for _, revision in calls} >= {"1.0.0-g1", "1.0.0-g2"}
-    assert calls[-1] == (200, "1.0.0-g2")
+    assert load.failures == [], load.failures[:5]
+    assert {revision for _, revision in load.calls} >= {"1.0.0-g1", "1.0.0-g2"}
+    assert load.calls[-1] == (200, "1.0.0-g2")
 
     stored = await client.store.get("WorkflowRun", "default", RUN)
     assert stored is not None

@@ -81,7 +81,10 @@ def apply_warnings(resources: list[Resource]) -> list[str]:
         f"Warning: workflowrun.plnt.work/{r.metadata.name}: spec.placement.failover: "
         + FAILOVER_NOT_ACTED_ON
         for r in resources
-        if isinstance(r, WorkflowRun) and r.spec.placement is not None and r.spec.placement.failover
+        if isinstance(r, WorkflowRun)
+        and r.spec.placement is not None
+        and r.spec.placement.failover
+        and r.spec.placement.spread == 1
     ]
 
 

@@ -22,6 +22,7 @@ from plnt_common.events import (
     RunReverted,
     RunRolledBack,
     SpecPulled,
+    SpreadRelease,
     StepTimedOut,
     follow_up,
 )
@@ -128,7 +129,8 @@ class InstallerHandlers:
         return held
 
     async def _install(self, event: Envelope, delivery: Delivery) -> None:
-        """spec.pulled: install the canary, wait until it serves, publish canary.installed."""
+        """spec.pulled: install the canary on each backend placed (``spec.placement.spread``
+        of them, one after another), wait until each serves, publish canary.installed."""
         data: SpecPulled = event.payload()
         if not await self._may_install(event):
             self._awaited.pop(event.sagaid, None)  # a Pending saga superseded or ended
@@ -136,24 +138,31 @@ class InstallerHandlers:
         placed = await self.place(event, data, delivery)
         if placed is None:
             return
-        data, placement = placed
-        backend = await self._choose_backend(event, data)
-        if backend is None:
+        copies, placement = placed
+        if await self._choose_backend(event, copies[0]) is None:
             return
-        desired = logic.desired_canary(data, saga_id=event.sagaid)
-        if not await self._install_canary(event, data, backend, desired):
-            await self._unreserve(data, desired)
-            return
-        observed = await self._wait_ready(event, data, backend, desired)
-        if observed is None:
-            await self._unreserve(data, desired)
-            return
+        wanted = [
+            (copy, logic.desired_canary(copy, saga_id=event.sagaid, spread=index > 0))
+            for index, copy in enumerate(copies)
+        ]
+        serving: list[tuple[ReleaseBackend, SpecPulled, DesiredRelease, ObservedRelease]] = []
+        for copy, desired in wanted:
+            backend = self._backends[copy.backend.type]
+            observed = None
+            if await self._install_canary(event, copy, backend, desired):
+                observed = await self._wait_ready(event, copy, backend, desired)
+            if observed is None:  # install.failed is published: its compensation removes all
+                for unbooked, unwanted in wanted:
+                    await self._unreserve(unbooked, unwanted)
+                return
+            serving.append((backend, copy, desired, observed))
         if self._placements is not None:
-            await self._placements.mark_up(backend_name=data.backend_name, canary=desired)
+            for _, copy, desired, _ in serving:
+                await self._placements.mark_up(backend_name=copy.backend_name, canary=desired)
         self._awaited.pop(event.sagaid, None)
-        if not await self._still_wanted(event, data, backend, desired):
+        if not await self._still_wanted(event, [(b, c, d) for b, c, d, _ in serving]):
             return
-        await self._publish_installed(event, data, desired, observed, placement)
+        await self._publish_installed(event, data, serving, placement)
 
     async def _may_install(self, event: Envelope) -> bool:
         """Whether the saga is still the run's; a superseded one is ended here."""
@@ -182,21 +191,25 @@ class InstallerHandlers:
 
     async def place(
         self, event: Envelope, data: SpecPulled, delivery: Delivery
-    ) -> tuple[SpecPulled, tuple[PlacementEntry, ...]] | None:
-        """The first acceptable backend with room for the canary, its GPUs booked: ``data``
-        naming it, and the placement (it Installing, each backend passed over Skipped with
-        its reason). If none has room the run is Pending (capacity.awaited) and this event
-        comes back in ``capacity_retry_s``: nothing installed, a stable keeps serving."""
+    ) -> tuple[tuple[SpecPulled, ...], tuple[PlacementEntry, ...]] | None:
+        """The first acceptable backends with room for the canary, ``spec.placement.spread``
+        of them at most, their GPUs booked: ``data`` naming each, and the placement (each
+        Installing, each backend passed over Skipped with its reason). If none has room the
+        run is Pending (capacity.awaited) and this event comes back in
+        ``capacity_retry_s``: nothing installed, a stable keeps serving."""
         passed_over = list(data.passed_over)
         refusals: list[tuple[str, Refusal]] = []
         driven = [c for c in data.choices() if c.backend.type in self._backends]
         if not driven:  # the saga fails naming the type (_choose_backend)
-            return data, ()
+            return (data,), ()
+        placement = data.run.spec.placement
+        spread = placement.spread if placement is not None else 1
+        chosen: list[tuple[SpecPulled, PlacementEntry]] = []
         for choice in driven:
             narrowed = data.model_copy(
                 update={"backend_name": choice.backend_name, "backend": choice.backend}
             )
-            desired = logic.desired_canary(narrowed, saga_id=event.sagaid)
+            desired = logic.desired_canary(narrowed, saga_id=event.sagaid, spread=bool(chosen))
             refusal = (
                 None
                 if self._placements is None
@@ -205,10 +218,13 @@ class InstallerHandlers:
                 )
             )
             if refusal is None:
-                chosen = PlacementEntry(
+                entry = PlacementEntry(
                     backend=choice.backend_name, state="Installing", replicas=desired.replicas
                 )
-                return narrowed, (chosen, *passed_over)
+                chosen.append((narrowed, entry))
+                if len(chosen) == spread:
+                    break
+                continue
             refusals.append((choice.backend_name, refusal))
             passed_over.append(
                 PlacementEntry(
@@ -217,6 +233,8 @@ class InstallerHandlers:
                     reason=f"{Reason.NO_CAPACITY.value}: {refusal.message}",
                 )
             )
+        if chosen:
+            return tuple(c for c, _ in chosen), (*(e for _, e in chosen), *passed_over)
         await self._await_capacity(event, data, refusals, tuple(passed_over))
         delivery.defer(self._capacity_retry_s)
         return None
@@ -302,10 +320,13 @@ class InstallerHandlers:
         await self._bus.publish(follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE))
 
     async def _still_wanted(
-        self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
+        self,
+        event: Envelope,
+        installed: list[tuple[ReleaseBackend, SpecPulled, DesiredRelease]],
     ) -> bool:
-        """Whether the saga is still current now the canary serves; if not it is removed
-        (superseded, or failed while we installed) and a superseded saga ended.
+        """Whether the saga is still current now its canary serves; if not it is removed
+        from every backend (superseded, or failed while we installed) and a superseded
+        saga ended.
 
         A saga promoted meanwhile keeps it: this was a redelivered install (its first
         delivery's ack was lost) of the release that serves, or served until a newer
@@ -318,18 +339,20 @@ class InstallerHandlers:
         if state is SagaState.ENDED and await self._promoted(event.sagaid):
             latest, _ = await latest_saga(self._bus, event.namespace, event.name)
             if latest in ("", event.sagaid):  # "": none recorded, as ``classify`` reads it
-                await backend.install(desired.model_copy(update={"role": ReleaseRole.STABLE}))
+                for backend, _, desired in installed:
+                    await backend.install(desired.model_copy(update={"role": ReleaseRole.STABLE}))
             log.info("canary.kept", reason="the saga was promoted meanwhile")
             return False
-        await backend.uninstall(
-            namespace=desired.namespace,
-            release=desired.release,
-            timeout_s=self._uninstall_timeout_s,
-            pulled=data,
-        )
+        for backend, data, desired in installed:
+            await backend.uninstall(
+                namespace=desired.namespace,
+                release=desired.release,
+                timeout_s=self._uninstall_timeout_s,
+                pulled=data,
+            )
         if state is SagaState.SUPERSEDED:
             rolled_back = RunRolledBack(
-                revision=desired.revision, reason=Reason.SUPERSEDED, message=SUPERSEDED
+                revision=installed[0][2].revision, reason=Reason.SUPERSEDED, message=SUPERSEDED
             )
             await self._end(event, EventType.RUN_ROLLED_BACK, rolled_back)
         return False
@@ -338,19 +361,24 @@ class InstallerHandlers:
         self,
         event: Envelope,
         data: SpecPulled,
-        desired: DesiredRelease,
-        observed: ObservedRelease,
+        serving: list[tuple[ReleaseBackend, SpecPulled, DesiredRelease, ObservedRelease]],
         placement: tuple[PlacementEntry, ...],
     ) -> None:
+        (_, first, desired, observed), further = serving[0], serving[1:]
         canary = CanaryRef(
             revision=desired.revision,
             release=desired.release,
             url=observed.url,
             spec_digest=data.spec_digest,
+            backend=first.backend_name,
+            spread=tuple(
+                SpreadRelease(backend=copy.backend_name, release=release.release, url=seen.url)
+                for _, copy, release, seen in further
+            ),
         )
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         installed = CanaryInstalled(
-            run=data.run, canary=canary, backend=data.backend_name, placement=placement
+            run=data.run, canary=canary, backend=first.backend_name, placement=placement
         )
         await self._bus.publish(
             follow_up(event, EventType.CANARY_INSTALLED, installed, source=SERVICE)
@@ -363,22 +391,22 @@ class InstallerHandlers:
             return
         held = await self._held(event.namespace, event.name)
         releases = [release for _, release in held]
-        holder, mine = next(((b, r) for b, r in held if r.saga_id == event.sagaid), (None, None))
-        release = (
-            mine.release if mine else release_name(event.namespace, event.name, event.generation)
-        )
-        # Not listed anywhere: removal is idempotent, so every backend makes sure.
-        holders = [holder] if holder else list(self._backends.values())
-        removed = False
-        for backend in holders:
-            removed |= await backend.uninstall(
+        mine: list[tuple[ReleaseBackend, DesiredRelease | None]] = [
+            (backend, r) for backend, r in held if r.saga_id == event.sagaid
+        ]
+        unlisted = release_name(event.namespace, event.name, event.generation)
+        if not mine:  # not listed anywhere: removal is idempotent, so every backend makes sure
+            mine = [(backend, None) for backend in self._backends.values()]
+        for backend, canary in mine:
+            release = canary.release if canary else unlisted
+            removed = await backend.uninstall(
                 namespace=event.namespace, release=release, timeout_s=self._uninstall_timeout_s
             )
-        log.info("canary.removed", release=release, was_present=removed)
-        SIDE_EFFECTS.labels(SERVICE, "canary_removal").inc(int(removed))
+            log.info("canary.removed", release=release, was_present=removed)
+            SIDE_EFFECTS.labels(SERVICE, "canary_removal").inc(int(removed))
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         stable = logic.stable_revision(releases, excluding_saga=event.sagaid)
-        revision = mine.revision if mine else ""
+        revision = next((r.revision for _, r in mine if r is not None), "")
         await self._end_failed(event, reason, message, stable=stable, revision=revision)
 
     async def _end_failed(

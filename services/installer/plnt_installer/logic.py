@@ -5,7 +5,13 @@ Imports no I/O library; handlers observe, call these, then act through the port.
 
 from plnt_common.events import EventType, SpecPulled
 from plnt_common.projection import saga_order
-from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole, release_name
+from plnt_common.releases import (
+    DesiredRelease,
+    LlmConfig,
+    ReleaseRole,
+    release_name,
+    spread_release_name,
+)
 from plnt_common.resources import PlntBackendSpec
 from plnt_common.status import Reason
 
@@ -13,13 +19,20 @@ INSTALL_REASONS = frozenset({Reason.CODE_INVALID, Reason.DEPENDENCIES_FAILED})
 """Reasons a backend may give for a failed install instead of the generic InstallFailed."""
 
 
-def desired_canary(data: SpecPulled, *, saga_id: str) -> DesiredRelease:
+def desired_canary(data: SpecPulled, *, saga_id: str, spread: bool = False) -> DesiredRelease:
+    """The canary on ``data.backend_name``; ``spread``: on a further backend of
+    ``spec.placement.spread``, whose release name says the backend."""
     run = data.run
     llm = data.backend.llm
+    release = (
+        spread_release_name(run.namespace, run.name, run.generation, data.backend_name)
+        if spread
+        else release_name(run.namespace, run.name, run.generation)
+    )
     return DesiredRelease(
         namespace=run.namespace,
         run_name=run.name,
-        release=release_name(run.namespace, run.name, run.generation),
+        release=release,
         revision=data.revision,
         role=ReleaseRole.CANARY,
         saga_id=saga_id,

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from plnt_common.events import CanaryRef
 from plnt_common.releases import ObservedRelease, ReleasePhase, release_of_revision
-from plnt_common.routes import RouteEntry, RouteTarget
+from plnt_common.routes import BackendEndpoint, RouteEntry, RouteTarget
 from plnt_common.saga import SagaState
 from plnt_common.status import ServingReason
 
@@ -32,8 +32,20 @@ def endpoint_url(public_url: str, namespace: str, name: str) -> str:
 
 
 def target(canary: CanaryRef, saga_id: str) -> RouteTarget:
+    """The canary's route target; placed on several backends it lists one endpoint each."""
+    endpoints = [
+        BackendEndpoint(backend=copy.backend, url=copy.url, release=copy.release)
+        for copy in canary.spread
+    ]
+    if endpoints:
+        first = BackendEndpoint(backend=canary.backend, url=canary.url, release=canary.release)
+        endpoints.insert(0, first)
     return RouteTarget(
-        revision=canary.revision, url=canary.url, saga_id=saga_id, release=canary.release
+        revision=canary.revision,
+        url=canary.url,
+        saga_id=saga_id,
+        release=canary.release,
+        endpoints=endpoints,
     )
 
 
@@ -162,28 +174,76 @@ def followed(
 
 
 def stepped_back(before: RouteEntry, after: RouteEntry) -> list[str]:
-    """Releases of the targets ``after`` marks not serving that ``before`` had serving."""
-    return [
-        old.release or release_of_revision(before.namespace, before.name, old.revision)
-        for old, new in ((before.stable, after.stable), (before.canary, after.canary))
-        if old is not None and new is not None and old.serving and not new.serving
-    ]
+    """Releases ``after`` marks not serving that ``before`` had serving (a target's, or one
+    of its endpoints')."""
+    down = []
+    for old, new in ((before.stable, after.stable), (before.canary, after.canary)):
+        if old is None or new is None:
+            continue
+        if old.serving and not new.serving:
+            down.append(
+                old.release or release_of_revision(before.namespace, before.name, old.revision)
+            )
+        down.extend(
+            was.release
+            for was, now in zip(old.endpoints, new.endpoints, strict=False)
+            if was.serving and not now.serving and was.release not in down
+        )
+    return down
 
 
 def _followed(
     entry: RouteEntry, target: RouteTarget, observed: Mapping[str, ObservedRelease], now: datetime
 ) -> RouteTarget:
+    if target.endpoints:
+        return _followed_endpoints(target, observed, now)
     release = target.release or release_of_revision(entry.namespace, entry.name, target.revision)
-    seen = observed.get(release)
-    if seen is None or seen.revision != target.revision:
+    update = _observed_update(release, target.revision, observed)
+    if update is None:
         return target
-    if seen.phase is ReleasePhase.READY and seen.url:
-        update: dict[str, object] = {"url": seen.url, "serving": True, "reason": "", "message": ""}
-    else:
-        failed = seen.phase is ReleasePhase.FAILED
-        reason = ServingReason.RUNNER_FAILED if failed else ServingReason.RUNNER_STARTING
-        update = {"serving": False, "reason": seen.reason or reason, "message": seen.message}
     update["release"] = release
     if update["serving"] != target.serving:
         update["since"] = now
     return target.model_copy(update=update)
+
+
+def _followed_endpoints(
+    target: RouteTarget, observed: Mapping[str, ObservedRelease], now: datetime
+) -> RouteTarget:
+    """Each endpoint at its release's observed address and readiness; the target serves
+    while any endpoint does, its ``url`` the first serving endpoint's (what a router that
+    reads ``url`` alone calls)."""
+    endpoints = []
+    for endpoint in target.endpoints:
+        update = _observed_update(endpoint.release, target.revision, observed)
+        if update is not None:
+            update.pop("message")
+            endpoint = endpoint.model_copy(update=update)
+        endpoints.append(endpoint)
+    if endpoints == target.endpoints:
+        return target
+    serving = [e for e in endpoints if e.serving]
+    changed: dict[str, object] = {
+        "endpoints": endpoints,
+        "url": (serving or endpoints)[0].url,
+        "serving": bool(serving),
+        "reason": "" if serving else endpoints[0].reason,
+    }
+    if bool(serving) != target.serving:
+        changed["since"] = now
+    return target.model_copy(update=changed)
+
+
+def _observed_update(
+    release: str, revision: str, observed: Mapping[str, ObservedRelease]
+) -> dict[str, object] | None:
+    """What the release's observed record says of a target at ``revision``: its address
+    and readiness; None when it reports nothing (or another revision)."""
+    seen = observed.get(release)
+    if seen is None or seen.revision != revision:
+        return None
+    if seen.phase is ReleasePhase.READY and seen.url:
+        return {"url": seen.url, "serving": True, "reason": "", "message": ""}
+    failed = seen.phase is ReleasePhase.FAILED
+    reason = ServingReason.RUNNER_FAILED if failed else ServingReason.RUNNER_STARTING
+    return {"serving": False, "reason": seen.reason or reason, "message": seen.message}

@@ -80,11 +80,19 @@ class SmokeHandlers:
         a budget invocation. Then the latency invocations and the golden cases, sent side
         by side within one concurrency limit."""
         url, payload = canary.url, budget.payload or {}
-        clauses = await self._harness.contract(url=url, payload=payload, revision=canary.revision)
-        misses = contract.describe_misses(clauses)
-        if misses:
-            log.info("smoke.contract_missed", reason=misses)
-            return logic.contract_missed(misses)
+        # placed on several backends (spec.placement.spread), each copy must keep the
+        # contract; the budget and the golden cases run on the first
+        copies = [(canary.backend, canary.url), *((c.backend, c.url) for c in canary.spread)]
+        for backend, copy_url in copies:
+            clauses = await self._harness.contract(
+                url=copy_url, payload=payload, revision=canary.revision
+            )
+            misses = contract.describe_misses(clauses)
+            if misses and canary.spread:
+                misses = f"on PlntBackend {backend}: {misses}"
+            if misses:
+                log.info("smoke.contract_missed", reason=misses)
+                return logic.contract_missed(misses)
         slots = asyncio.Semaphore(self._concurrency)
         samples, golden_results = await asyncio.gather(
             self._harness.invoke_many(

@@ -1,4 +1,5 @@
-"""The live ``Serving`` condition: whether the runners a run's route points to are up.
+"""The live ``Serving`` condition: whether the runners a run's route points to are up,
+and a spread run's backends whose copy is down (``status.placement`` state ``Lost``).
 
 It is not saga history: ``plnt-runs`` (what ``plnt replay`` rebuilds) never holds it.
 The promoter keeps each route target's ``serving``, ``reason`` and ``since`` in step
@@ -30,6 +31,9 @@ class Serving:
     message: str
     since: datetime | None
     """When it last changed; None: since the route was made (then Ready's time is used)."""
+    lost: tuple[tuple[str, str], ...] = ()
+    """(backend, reason) of each backend whose copy of the stable revision is down, when
+    it runs on several (``spec.placement.spread``)."""
 
 
 def serving_of(entry: RouteEntry | None) -> Serving | None:
@@ -50,11 +54,24 @@ def serving_of(entry: RouteEntry | None) -> Serving | None:
             since=target.since,
         )
     up = [target for _, target in routed if target is not None]
+    lost = _lost(entry.stable)
+    elsewhere = "; lost: " + ", ".join(f"{b} ({r})" for b, r in lost) if lost else ""
     return Serving(
         ok=True,
         reason=ServingReason.RUNNER_READY.value,
-        message=", ".join(f"{t.revision} at {t.url}" for t in up),
+        message=", ".join(f"{t.revision} at {t.url}" for t in up) + elsewhere,
         since=_newest(up),
+        lost=lost,
+    )
+
+
+def _lost(stable: RouteTarget | None) -> tuple[tuple[str, str], ...]:
+    if stable is None:
+        return ()
+    return tuple(
+        (e.backend, e.reason or ServingReason.RUNNER_STARTING.value)
+        for e in stable.endpoints
+        if not e.serving
     )
 
 
@@ -83,9 +100,29 @@ def with_serving(status: dict[str, Any], serving: Serving | None) -> dict[str, A
                     "observedGeneration": status.get("observedGeneration", 0),
                 }
             )
+    if serving is not None and serving.lost:
+        status = {**status, "placement": _with_lost(status.get("placement") or [], serving.lost)}
     if not conditions and "conditions" not in status:
         return status
     return {**status, "conditions": conditions}
+
+
+def _with_lost(
+    placement: list[dict[str, Any]], lost: tuple[tuple[str, str], ...]
+) -> list[dict[str, Any]]:
+    """status.placement with each serving backend whose copy is down marked ``Lost``: the
+    router sends its share of calls to the backends still serving."""
+    reasons = dict(lost)
+    return [
+        {
+            **entry,
+            "state": "Lost",
+            "reason": f"{reasons[entry['backend']]}: its calls go to the other backends",
+        }
+        if entry.get("state") == "Serving" and entry.get("backend") in reasons
+        else entry
+        for entry in placement
+    ]
 
 
 RETRY_S = 1.0

@@ -1,0 +1,163 @@
+"""``spec.placement.spread`` against a real nats-server: the canary is installed on the
+first N backends with room, each under a release name of its own, the saga hands on one
+address per backend, and a failed saga removes the canary from every backend.
+
+The installer's handlers run with the real local release backend and capacity source; the
+test plays the local-backends (an observed Ready record for every desired release)."""
+
+from collections import Counter
+from typing import cast
+
+from test_capacity_placement import Handed, bus, events_of, handlers, local_backend, placements
+from test_capacity_spillover import backends_of_installed, local
+
+from plnt_common import subjects
+from plnt_common.bus.bus import Bus
+from plnt_common.bus.consumer import Delivery
+from plnt_common.bus.kv_snapshot import kv_snapshot
+from plnt_common.events import (
+    BackendChoice,
+    CanaryInstalled,
+    Envelope,
+    EventType,
+    InstallFailed,
+    RunSnapshot,
+    SpecPulled,
+    follow_up,
+    new_event,
+)
+from plnt_common.releases import DESIRED_PREFIX, DesiredRelease
+from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
+from plnt_common.status import Reason
+from plnt_installer.handlers import InstallerHandlers
+
+__all__ = ["bus", "handlers", "local_backend", "placements"]  # shared fixtures
+
+SPREAD_TWO = WorkflowRunSpec.model_validate(
+    {
+        "workflow": {"ref": "review-responder@1.2.0", "registry": "file:///registry"},
+        "backend": {"gpuClass": "a100", "gpuCount": 1},
+        "placement": {"backends": ["east", "west", "burst"], "spread": 2},
+    }
+)
+
+
+def spread_event(name: str, *backends: tuple[str, PlntBackendSpec]) -> Envelope:
+    (first, spec), rest = backends[0], backends[1:]
+    pulled = SpecPulled(
+        run=RunSnapshot(namespace="default", name=name, generation=1, spec=SPREAD_TWO),
+        spec_digest="sha256:" + "0" * 64,
+        workflow_name="review-responder",
+        workflow_version="1.2.0",
+        revision="1.2.0-g1",
+        backend_name=first,
+        backend=spec,
+        fallbacks=tuple(BackendChoice(backend_name=n, backend=s) for n, s in rest),
+    )
+    return new_event(
+        EventType.SPEC_PULLED,
+        pulled,
+        namespace="default",
+        name=name,
+        sagaid=f"default.{name}.1.1",
+        generation=1,
+        source="test",
+    )
+
+
+async def installed_releases(bus: Bus) -> dict[str, str]:
+    """Release name -> the backend it was asked of."""
+    desired = await kv_snapshot(bus.nc, subjects.RELEASES_BUCKET, f"{DESIRED_PREFIX}.>")
+    records = [DesiredRelease.model_validate_json(v) for _, v in desired.values()]
+    return {r.release: r.backend_name for r in records}
+
+
+async def test_spread_two_installs_on_the_first_two_backends_under_names_of_their_own(
+    bus: Bus, local_backend: None, handlers: InstallerHandlers
+) -> None:
+    event = spread_event("spread", ("east", local(1)), ("west", local(1)), ("burst", local(1)))
+
+    await handlers.handle(event, cast(Delivery, Handed()))
+
+    assert await installed_releases(bus) == {
+        "default-spread-g1": "east",
+        "default-spread-g1-west": "west",
+    }
+    (installed,) = await events_of(bus, EventType.CANARY_INSTALLED)
+    data = installed.payload()
+    assert isinstance(data, CanaryInstalled)
+    assert (data.canary.backend, data.canary.release) == ("east", "default-spread-g1")
+    assert [(c.backend, c.release, c.url) for c in data.canary.spread] == [
+        ("west", "default-spread-g1-west", "http://127.0.0.1:1/default-spread-g1-west")
+    ]
+    assert [(e.backend, e.state) for e in data.placement] == [
+        ("east", "Installing"),
+        ("west", "Installing"),
+    ]
+
+
+async def test_a_full_backend_is_passed_over_and_the_next_that_fits_takes_its_place(
+    bus: Bus, local_backend: None, handlers: InstallerHandlers
+) -> None:
+    east, west, burst = local(1), local(1), local(1)
+    await handlers.handle(spread_event("filler", ("east", east)), cast(Delivery, Handed()))
+
+    event = spread_event("passed", ("east", east), ("west", west), ("burst", burst))
+    await handlers.handle(event, cast(Delivery, Handed()))
+
+    assert await backends_of_installed(bus) == Counter({"east": 1, "west": 1, "burst": 1})
+    _, installed = await events_of(bus, EventType.CANARY_INSTALLED)
+    data = installed.payload()
+    assert isinstance(data, CanaryInstalled)
+    assert (data.canary.backend, data.canary.release) == ("west", "default-passed-g1")
+    assert [c.release for c in data.canary.spread] == ["default-passed-g1-burst"]
+    assert [(e.backend, e.state) for e in data.placement] == [
+        ("west", "Installing"),
+        ("burst", "Installing"),
+        ("east", "Skipped"),
+    ]
+
+
+async def test_fewer_backends_with_room_than_spread_still_places_on_those(
+    bus: Bus, local_backend: None, handlers: InstallerHandlers
+) -> None:
+    east, west = local(1), local(1)
+    await handlers.handle(spread_event("filler", ("west", west)), cast(Delivery, Handed()))
+
+    event = spread_event("fewer", ("east", east), ("west", west))
+    await handlers.handle(event, cast(Delivery, Handed()))
+
+    assert await installed_releases(bus) == {
+        "default-filler-g1": "west",
+        "default-fewer-g1": "east",
+    }
+    _, installed = await events_of(bus, EventType.CANARY_INSTALLED)
+    data = installed.payload()
+    assert isinstance(data, CanaryInstalled) and data.canary.spread == ()
+    assert [(e.backend, e.state) for e in data.placement] == [
+        ("east", "Installing"),
+        ("west", "Skipped"),
+    ]
+
+
+async def test_a_failed_saga_removes_its_canary_from_every_backend(
+    bus: Bus, local_backend: None, handlers: InstallerHandlers
+) -> None:
+    event = spread_event("failed", ("east", local(1)), ("west", local(1)))
+    await handlers.handle(event, cast(Delivery, Handed()))
+    assert len(await installed_releases(bus)) == 2
+
+    failed = InstallFailed(
+        reason=Reason.INSTALL_FAILED,
+        message="the smoke test failed",
+        revision="1.2.0-g1",
+        release="default-failed-g1",
+    )
+    await handlers.handle(
+        follow_up(event, EventType.INSTALL_FAILED, failed, source="test"),
+        cast(Delivery, Handed()),
+    )
+
+    assert await installed_releases(bus) == {}
+    (ended,) = await events_of(bus, EventType.RUN_FAILED)
+    assert ended.payload().reason is Reason.INSTALL_FAILED

@@ -1,0 +1,78 @@
+"""``spec.placement.spread: 2`` on the embedded stack with two `local` backends: the run's
+runner is installed on both (each started by its own backend's local-backend process),
+``status.placement`` says both serve, the route lists one endpoint per backend, and when
+one backend's process and runner are killed under a live load every call is answered
+from the other."""
+
+import contextlib
+import copy
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from stack_support import Client, LiveLoad, publish_spec, run_document, workflow_named
+from test_e2e_local_backends import local_backend, parent_of, process_of, wait_until
+
+from plnt_cli.supervisor import Supervisor
+from plnt_common.releases import release_name, spread_release_name
+
+RUN = "spread"
+
+
+def spread_run(registry: Path) -> dict[str, Any]:
+    document = copy.deepcopy(run_document(RUN, registry=registry))
+    del document["spec"]["backend"]["cluster"]
+    document["spec"]["placement"] = {"backends": ["east", "west"], "spread": 2}
+    return document
+
+
+async def observed_record(client: Client, release: str) -> dict[str, Any]:
+    entry = await client.bus.releases.get(f"observed.default.{release}")
+    record: dict[str, Any] = json.loads(entry.value or b"{}")
+    return record
+
+
+async def route_endpoints(client: Client) -> list[dict[str, Any]]:
+    entry = await client.bus.routes.get(f"default.{RUN}")
+    route: dict[str, Any] = json.loads(entry.value or b"{}")
+    endpoints: list[dict[str, Any]] = route["stable"]["endpoints"]
+    return endpoints
+
+
+async def test_a_spread_run_serves_from_both_backends_and_survives_losing_one(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    for backend in ("east", "west"):
+        await client.apply(local_backend(backend))
+    east, west = await process_of(stack, "east"), await process_of(stack, "west")
+    publish_spec(registry, workflow_named(RUN))
+    await client.apply(spread_run(registry))
+    body = await client.wait_phase(RUN, "Ready", timeout_s=120)
+
+    assert [(e["backend"], e["state"]) for e in body["status"]["placement"]] == [
+        ("east", "Serving"),
+        ("west", "Serving"),
+    ]
+    on_east = await observed_record(client, release_name("default", RUN, 1))
+    on_west = await observed_record(client, spread_release_name("default", RUN, 1, "west"))
+    assert (on_east["backend_name"], on_west["backend_name"]) == ("east", "west")
+    assert parent_of(int(on_east["pid"])) == east.pid
+    assert parent_of(int(on_west["pid"])) == west.pid
+    assert [(e["backend"], e["url"], e["serving"]) for e in await route_endpoints(client)] == [
+        ("east", on_east["url"], True),
+        ("west", on_west["url"], True),
+    ]
+
+    async with LiveLoad(body["status"]["endpoint"], revision="1.0.0-g1") as load:
+        await wait_until("calls before the kill", lambda: len(load.calls) >= 10)
+        os.kill(east.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(on_east["pid"]), signal.SIGKILL)
+        before_kill = len(load.calls)
+        # the first calls after the kill meet east's dead runner: the router must answer
+        # them from west (a retry before any byte was sent), then leave east out
+        await wait_until("calls after the kill", lambda: len(load.calls) >= before_kill + 100)
+
+    assert not load.failures, load.failures[:5]
