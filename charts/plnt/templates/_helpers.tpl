@@ -117,7 +117,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
   "promoter" (list "concurrency" "followResyncS" "shadowCheckS" "figures" "prometheusUrl")
   "console" (list "host" "port")
-  "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS" "figuresIntervalS" "shadowWorkers" "shadowQueue" "shadowPublishTimeoutS")
+  "router" (list "host" "port" "maxBodyBytes" "maxJsonDepth" "headerTimeoutS" "bodyTimeoutS" "keepaliveTimeoutS" "maxInFlight" "maxQueue" "retryAfterS" "upstreamTimeoutS" "shutdownGraceS" "figuresIntervalS" "shadowWorkers" "shadowQueue" "shadowPublishTimeoutS" "connectTimeoutS" "endpointDownAfter" "endpointProbeIntervalS" "endpointProbeTimeoutS" "endpointRampS" "retryUnanswered")
 }}
 {{- toJson (append (get $keys .) "metricsPort") }}
 {{- end }}
