@@ -7,7 +7,9 @@ where (a dead backend cannot tell).
 """
 
 import asyncio
+import contextlib
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -404,3 +406,39 @@ async def test_a_url_only_target_answering_503_is_not_re_sent_as_before(
     async with http.post(f"{router.url}/workflows/spread/invoke", json={}) as response:
         assert response.status == 503
     assert [url for _, url in router.sent] == [apps[0] + "/invoke"]
+
+
+async def test_an_endpoint_that_never_accepts_is_left_after_the_connect_timeout(
+    table: RouteTable,
+    start_spread_router: Callable[..., Awaitable[Router]],
+    backends: Callable[..., Awaitable[Backend]],
+    http: aiohttp.ClientSession,
+) -> None:
+    """A backend whose host drops connection attempts (a full accept queue here): the call
+    goes to the other endpoint after ``connect_timeout_s``, not ``upstream_timeout_s``."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(0)  # never accepted: once the queue is full, SYNs are dropped
+        port = silent.getsockname()[1]
+        fillers = []
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        try:
+            west = await backends("west")
+            table.put(key=KEY, entry=spread_entry(Backend(name="silent", port=port), west))
+            router = await start_spread_router(connect_timeout_s=0.3, upstream_timeout_s=4)
+            url = f"{router.url}/workflows/spread/invoke"
+            started = time.monotonic()
+            for n in range(3):
+                async with http.post(url, json={"n": n}) as response:
+                    assert response.status == 200
+                    assert (await response.json())["backend"] == "west"
+            assert time.monotonic() - started < 3.0, "waited the call timeout, not the connect one"
+            assert [url for _, url in router.sent].count(f"http://127.0.0.1:{port}/invoke") == 1
+        finally:
+            for filler in fillers:
+                filler.close()
