@@ -18,9 +18,14 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from spread_backend import Backend, spawn
+from nats.aio.client import Client
+from spread_backend import Backend, backend_app, spawn
 
+from plnt_common.bus import connect
+from plnt_common.bus.provision import ensure_jetstream
 from plnt_common.routes import BackendEndpoint, RouteEntry, RouteTarget
+from plnt_common.subjects import ROUTES_BUCKET
+from plnt_router.adapters.route_watch import RouteWatcher
 from plnt_router.app import RUNNER_CLIENT, app_runner, create_app
 from plnt_router.settings import RouterSettings
 from plnt_router.table import RouteTable
@@ -442,3 +447,61 @@ async def test_an_endpoint_that_never_accepts_is_left_after_the_connect_timeout(
         finally:
             for filler in fillers:
                 filler.close()
+
+
+async def test_endpoints_written_to_the_routes_bucket_split_calls_and_follow_serving(
+    nc: Client,
+    nats_url: str,
+    table: RouteTable,
+    start_app: StartApp,
+    start_spread_router: Callable[..., Awaitable[Router]],
+    http: aiohttp.ClientSession,
+    wait_until: Callable[..., Awaitable[None]],
+) -> None:
+    """The route as the promoter writes it (JSON in ``plnt-routes``), read by the router's
+    own watch: both endpoints share the calls, and one the route marks not serving gets
+    none (no health check involved)."""
+    east, west = [
+        Backend(name=name, port=int((await start_app(backend_app(name))).rsplit(":", 1)[1]))
+        for name in ("east", "west")
+    ]
+    js = nc.jetstream()
+    await ensure_jetstream(js)
+    kv = await js.key_value(ROUTES_BUCKET)
+    await kv.put(KEY, spread_entry(east, west).model_dump_json().encode())
+    watcher_nc = await connect(nats_url, name="router-under-test")
+    watcher = RouteWatcher(nc=watcher_nc, table=table, retry_s=0.1, check_s=0.2)
+    watcher.start()
+    try:
+        await wait_until(lambda: table.get(KEY) is not None, what="the route loaded")
+        router = await start_spread_router()
+        url = f"{router.url}/workflows/spread/invoke"
+
+        async def served_by(calls: int) -> list[str]:
+            names = []
+            for n in range(calls):
+                async with http.post(url, json={"n": n}) as response:
+                    assert response.status == 200
+                    names.append((await response.json())["backend"])
+            return names
+
+        assert sorted(await served_by(4)) == ["east", "east", "west", "west"]
+        entry = spread_entry(east, west)
+        assert entry.stable is not None
+        east_down = entry.stable.endpoints[0].model_copy(update={"serving": False})
+        stable = entry.stable.model_copy(
+            update={"endpoints": [east_down, *entry.stable.endpoints[1:]]}
+        )
+        await kv.put(KEY, entry.model_copy(update={"stable": stable}).model_dump_json().encode())
+        await wait_until(
+            lambda: len(table.get(KEY).serving_endpoints.get("1.0.0-g1", ())) == 1,  # type: ignore[union-attr]
+            what="east marked not serving",
+        )
+        assert await served_by(4) == ["west"] * 4
+        deadline = time.monotonic() + 5
+        while (up := await backend_up(http, router)) != {"east": 0.0, "west": 1.0}:
+            assert time.monotonic() < deadline, f"plnt_router_backend_up stayed {up}"
+            await asyncio.sleep(0.05)
+    finally:
+        await watcher.stop()
+        await watcher_nc.close()
