@@ -25,6 +25,8 @@ class Refusal:
     needed: int
     largest_free: int
     message: str
+    unreachable: bool = False
+    """The backend's API did not answer: its nodes are unknown, so it is passed over."""
 
 
 def release_key(release: DesiredRelease) -> str:

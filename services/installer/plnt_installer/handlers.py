@@ -226,15 +226,29 @@ class InstallerHandlers:
                     break
                 continue
             refusals.append((choice.backend_name, refusal))
+            reason = Reason.BACKEND_UNAVAILABLE if refusal.unreachable else Reason.NO_CAPACITY
             passed_over.append(
                 PlacementEntry(
                     backend=choice.backend_name,
                     state="Skipped",
-                    reason=f"{Reason.NO_CAPACITY.value}: {refusal.message}",
+                    reason=f"{reason.value}: {refusal.message}",
                 )
             )
         if chosen:
             return tuple(c for c, _ in chosen), (*(e for _, e in chosen), *passed_over)
+        if all(refusal.unreachable for _, refusal in refusals):
+            # no backend answered: install on the first unbooked, as with one backend, and
+            # let its install report the failure rather than wait on capacity unknown
+            first = driven[0]
+            narrowed = data.model_copy(
+                update={"backend_name": first.backend_name, "backend": first.backend}
+            )
+            replicas = logic.desired_canary(narrowed, saga_id=event.sagaid).replicas
+            installing = PlacementEntry(
+                backend=first.backend_name, state="Installing", replicas=replicas
+            )
+            others = tuple(e for e in passed_over if e.backend != first.backend_name)
+            return (narrowed,), (installing, *others)
         await self._await_capacity(event, data, refusals, tuple(passed_over))
         delivery.defer(self._capacity_retry_s)
         return None

@@ -21,7 +21,7 @@ from plnt_common.capacity import (
     Reservation,
     class_capacity,
 )
-from plnt_common.errors import BusUnavailable, PlntError
+from plnt_common.errors import BusUnavailable, KubernetesUnavailable, PlntError
 from plnt_common.logs import get_logger
 from plnt_common.releases import DesiredRelease
 from plnt_common.resources import PlntBackendSpec
@@ -110,9 +110,10 @@ class Placements:
     async def reserve(
         self, *, backend_name: str, spec: PlntBackendSpec, canary: DesiredRelease
     ) -> Refusal | None:
-        """Book the canary's GPUs; the ``Refusal`` when no node fits it now. None also
-        when nothing is counted (no GPUs asked for, a class without a count, a backend
-        whose nodes cannot be read: logged, installed unbooked).
+        """Book the canary's GPUs; the ``Refusal`` when no node fits it now, or the
+        backend's API does not answer (``unreachable``). None also when nothing is counted
+        (no GPUs asked for, a class without a count, a backend whose nodes it may not
+        read: logged, installed unbooked).
 
         Raises ``BusUnavailable`` (retryable) when the bucket does not answer or other
         placements kept winning the compare-and-set.
@@ -121,6 +122,14 @@ class Placements:
             return None
         try:
             observed = await self.current(backend_name, spec)
+        except KubernetesUnavailable as exc:
+            log.warning("capacity.backend_unreachable", backend=backend_name, error=str(exc))
+            return Refusal(
+                needed=canary.gpu_count,
+                largest_free=0,
+                message=f"its API did not answer ({exc})",
+                unreachable=True,
+            )
         except PlntError as exc:
             # unknown is not "full": the cluster's scheduler still refuses a pod with no
             # room, and the install's readiness reports it (Unschedulable)

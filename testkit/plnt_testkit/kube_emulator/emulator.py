@@ -120,7 +120,15 @@ class KubeEmulator:
 
         Open connections are cut, as when the API server restarts.
         """
+        self.stop_listening()
+        self.listen_again()
+
+    def stop_listening(self) -> None:
+        """The API server is gone: connections are cut and refused until ``listen_again``."""
         self._call(self._close)
+
+    def listen_again(self) -> None:
+        """Back on the same port, with every object it held."""
         self._call(self._listen)
 
     def stop(self) -> None:
