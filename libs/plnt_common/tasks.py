@@ -2,7 +2,7 @@
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from plnt_common.logs import get_logger
@@ -34,3 +34,28 @@ async def discarded_on_error(work: "asyncio.Future[Any]") -> AsyncIterator[None]
     except BaseException:
         await discard(work)
         raise
+
+
+CANCEL_AGAIN_S = 1.0
+"""How long a cancelled task may take before it is cancelled again."""
+
+
+async def until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Run ``work`` until it returns or ``stop`` is set, then cancel it until it is done.
+
+    Cancelled again every ``CANCEL_AGAIN_S`` because one cancellation can be lost: Python
+    3.11's ``asyncio.wait_for`` (which nats-py awaits on every request) swallows a
+    cancellation that lands as its inner future completes, and a loop that never returns
+    on its own would then run on. Raises what ``work`` raised.
+    """
+    task = asyncio.create_task(work)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_AGAIN_S)
+    if not task.cancelled():
+        task.result()

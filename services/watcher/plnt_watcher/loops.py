@@ -25,7 +25,7 @@ from plnt_common.logs import get_logger
 from plnt_common.metrics import SIDE_EFFECTS
 from plnt_common.projection import RunProjection, saga_order
 from plnt_common.resources import WorkflowRun, parse_resource
-from plnt_common.tasks import discarded_on_error
+from plnt_common.tasks import discarded_on_error, until_stopped
 from plnt_watcher import logic
 from plnt_watcher.adapters.projections import ProjectionStore
 from plnt_watcher.backoff import QUEUE_DEPTH, Backoff
@@ -68,26 +68,28 @@ class ResourceLoop:
         self._failures: dict[tuple[str, str], int] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
-        watch_failures = 0
+        """Watch and handle until ``stop`` is set (or this task is cancelled)."""
         try:
-            while not stop.is_set():
-                try:
-                    async for namespace, name, body in self._source.watch():
-                        watch_failures = 0
-                        await self._handle(namespace, name, body)
-                except Exception as exc:  # a broken watch is re-established; nothing is lost
-                    watch_failures += 1
-                    delay = WATCH_BACKOFF.delay(watch_failures)
-                    log.warning(
-                        "resources.watch_restarted", error=repr(exc), delay_s=round(delay, 3)
-                    )
-                    await asyncio.sleep(delay)
+            await until_stopped(self._watch(), stop)
         finally:
             for task in self._retries.values():
                 task.cancel()
             self._retries.clear()
             self._waiting.clear()
             QUEUE_DEPTH.set(0)
+
+    async def _watch(self) -> None:
+        watch_failures = 0
+        while True:
+            try:
+                async for namespace, name, body in self._source.watch():
+                    watch_failures = 0
+                    await self._handle(namespace, name, body)
+            except Exception as exc:  # a broken watch is re-established; nothing is lost
+                watch_failures += 1
+                delay = WATCH_BACKOFF.delay(watch_failures)
+                log.warning("resources.watch_restarted", error=repr(exc), delay_s=round(delay, 3))
+                await asyncio.sleep(delay)
 
     async def _handle(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
         """Handle one change; a failure retries this object alone, with its own backoff
