@@ -73,3 +73,16 @@ def test_health_of_endpoints_no_route_lists_is_forgotten() -> None:
     health.failed(B)
     health.forget_except([B])
     assert health.down() == [B]
+
+
+def test_two_failed_probes_in_a_row_take_an_up_endpoint_out_and_an_answer_resets_them() -> None:
+    health = EndpointHealth(down_after=1, ramp_s=10)
+    health.probe_failed(A)
+    health.probe_answered(A)
+    health.probe_failed(A)
+    assert health.is_up(A), "one failed probe after an answer is not two in a row"
+    health.probe_failed(A)
+    assert not health.is_up(A) and health.down() == [A]
+    health.recovered(A)
+    health.probe_failed(A)
+    assert health.is_up(A), "a return starts the probe count over"

@@ -9,6 +9,7 @@ where (a dead backend cannot tell).
 import asyncio
 import contextlib
 import json
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -411,6 +412,44 @@ async def test_a_url_only_target_answering_503_is_not_re_sent_as_before(
     async with http.post(f"{router.url}/workflows/spread/invoke", json={}) as response:
         assert response.status == 503
     assert [url for _, url in router.sent] == [apps[0] + "/invoke"]
+
+
+async def test_a_hung_runner_is_left_within_seconds_by_its_failed_health_probes(
+    table: RouteTable,
+    start_spread_router: Callable[..., Awaitable[Router]],
+    backends: Callable[..., Awaitable[Backend]],
+    http: aiohttp.ClientSession,
+) -> None:
+    """A runner that accepts connections but answers nothing (stopped here): the calls give
+    nothing to count until their timeout, so the probes of up endpoints take it out."""
+    east, west = await backends("east"), await backends("west")
+    assert east.process is not None
+    table.put(key=KEY, entry=spread_entry(east, west))
+    router = await start_spread_router(
+        endpoint_probe_interval_s=0.2, endpoint_probe_timeout_s=0.3, upstream_timeout_s=30
+    )
+    url = f"{router.url}/workflows/spread/invoke"
+
+    async def call(n: int) -> int:
+        async with http.post(url, json={"n": n}) as response:
+            await response.read()
+            return response.status
+
+    east.process.send_signal(signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    calls = []
+    try:
+        for n in range(60):  # one call every 50 ms for 3 s, none waiting on another
+            calls.append(asyncio.create_task(call(n)))
+            await asyncio.sleep(0.05)
+        sent_to_hung = router.sent_to(east, after=frozen_at)
+        assert sent_to_hung, "no call was sent to the hung backend: it was left too early"
+        assert sent_to_hung[-1] - frozen_at < 2.0, "the hung backend kept getting calls"
+        assert await backend_up(http, router) == {"east": 0.0, "west": 1.0}
+    finally:
+        east.process.send_signal(signal.SIGCONT)
+    # the calls it took wake with it and are answered; none was lost
+    assert await asyncio.gather(*calls) == [200] * 60
 
 
 async def test_an_endpoint_that_never_accepts_is_left_after_the_connect_timeout(

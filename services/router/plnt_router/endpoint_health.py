@@ -1,9 +1,11 @@
 """Which backend endpoints of a spread revision take calls, as the router saw them answer.
 
-Passive: a connection refused or timed out, a connection broken before the status line,
-or a 502/503/504 status counts as one failure; ``down_after`` failures in a row take the
-endpoint out of the split. Active: while it is out, ``adapters.health_probe`` asks the
-runner's health route, and a 200 brings it back, at a weight that ramps from
+Passive: a connection refused or timed out, a call that timed out, a connection broken
+before the status line, or a 502/503/504 status counts as one failure; ``down_after``
+failures in a row take the endpoint out of the split. Active: ``adapters.health_probe``
+asks every endpoint's health route; ``PROBE_FAILURES_DOWN`` failed probes in a row take an
+endpoint out (a hung runner answers no call to count), and while it is out a 200 brings it
+back, at a weight that ramps from
 ``MIN_RAMP_WEIGHT`` to 1 over ``ramp_s`` seconds, so a backend that just came back is not
 handed its whole share at once. Plain data and the clock; no I/O.
 
@@ -16,11 +18,16 @@ from dataclasses import dataclass
 
 MIN_RAMP_WEIGHT = 0.05
 """An endpoint that just came back gets one call in about twenty of its fair share's."""
+PROBE_FAILURES_DOWN = 2
+"""Health probes failed in a row that take out an endpoint the calls still reach: a
+runner that accepts connections but no longer answers (hung, or its host stalled) gives
+the calls themselves nothing to count until their timeout."""
 
 
 @dataclass(slots=True)
 class _State:
     failures: int = 0
+    probe_failures: int = 0
     down: bool = False
     ramp_until: float = 0.0
     """Monotonic time its ramp ends; 0 when not ramping."""
@@ -74,6 +81,24 @@ class EndpointHealth:
             state.ramp_until = 0.0
             self._changed()
 
+    def probe_failed(self, url: str) -> None:
+        """An up endpoint's health route did not answer 200 in time; the
+        ``PROBE_FAILURES_DOWN``-th time in a row takes it out."""
+        state = self._states.get(url)
+        if state is None:
+            state = self._states[url] = _State()
+        state.probe_failures += 1
+        if not state.down and state.probe_failures >= PROBE_FAILURES_DOWN:
+            state.down = True
+            state.ramp_until = 0.0
+            self._changed()
+
+    def probe_answered(self, url: str) -> None:
+        """An up endpoint's health route answered 200: its probe failures restart."""
+        state = self._states.get(url)
+        if state is not None:
+            state.probe_failures = 0
+
     def answered(self, url: str) -> None:
         """A call got a real answer: the failure count restarts; a down endpoint (tried
         because every one was down) is back, on the ramp."""
@@ -92,6 +117,7 @@ class EndpointHealth:
             return
         state.down = False
         state.failures = 0
+        state.probe_failures = 0
         state.ramp_until = self._clock() + self._ramp_s if self._ramp_s > 0 else 0.0
         self._changed()
 

@@ -563,9 +563,9 @@ class CallPipeline:
             if exc.before_answer:
                 self._health.failed(url)
             raise
-        except UpstreamTimeout as exc:
-            if exc.before_send:
-                self._health.failed(url)
+        except UpstreamTimeout:
+            # sent or not, the runner did not answer in time: new calls go elsewhere
+            self._health.failed(url)
             raise
         if reply.status in UNHEALTHY_STATUSES:
             self._health.failed(url)

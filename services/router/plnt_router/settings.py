@@ -104,8 +104,8 @@ class RouterSettings(CommonSettings):
         default=1.0,
         gt=0,
         description=(
-            "How often an endpoint taken out is asked its runner's GET /healthz; a 200 brings "
-            "it back."
+            "How often every endpoint is asked its runner's GET /healthz: two failed in a row "
+            "take an endpoint out (a hung runner), a 200 brings a taken-out one back."
         ),
     )
     endpoint_probe_timeout_s: float = Field(

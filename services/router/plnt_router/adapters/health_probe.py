@@ -1,9 +1,11 @@
-"""Asks the health route of every backend endpoint the router took out, until it answers.
+"""Asks the health route of every backend endpoint the routes list.
 
-Every ``interval_s`` each endpoint ``EndpointHealth`` holds down gets one ``GET
-<url>/healthz`` (the runner's health route: 200 once its workflow is loaded, 503 while
-it starts); a 200 within ``timeout_s`` brings the endpoint back on its ramp. Endpoints
-that are up are never probed: the calls themselves tell. The same loop keeps the
+Every ``interval_s`` each endpoint gets one ``GET <url>/healthz`` (the runner's health
+route: 200 once its workflow is loaded, 503 while it starts). For an endpoint
+``EndpointHealth`` holds down, a 200 within ``timeout_s`` brings it back on its ramp; for
+one that is up, failed probes in a row take it out, since a runner that accepts
+connections but answers nothing (hung, its host stalled) gives the calls nothing to
+count until their own timeout. The same loop keeps the
 ``plnt_router_backend_up`` gauge equal to what the table and the health say, and forgets
 the health of endpoints no route lists any more. Decides nothing about routing.
 """
@@ -27,7 +29,7 @@ _Series = tuple[str, str, str]
 
 
 class HealthProber:
-    """Probes down endpoints and publishes the health gauge until cancelled."""
+    """Probes every endpoint and publishes the health gauge until cancelled."""
 
     def __init__(
         self, *, table: RouteTable, health: EndpointHealth, interval_s: float, timeout_s: float
@@ -52,14 +54,20 @@ class HealthProber:
     async def _probe_forever(self, session: aiohttp.ClientSession) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            self._health.forget_except(url for _, _, _, url, _ in self._endpoints())
-            down = self._health.down()
-            if down:
-                answers = await asyncio.gather(*(self._probe(session, url) for url in down))
-                for url, healthy in zip(down, answers, strict=True):
-                    if healthy:
-                        log.info("router.endpoint_back", url=url)
-                        self._health.recovered(url)
+            urls = sorted({url for _, _, _, url, _ in self._endpoints()})
+            self._health.forget_except(urls)
+            down = set(self._health.down())
+            answers = await asyncio.gather(*(self._probe(session, url) for url in urls))
+            for url, healthy in zip(urls, answers, strict=True):
+                if url in down and healthy:
+                    log.info("router.endpoint_back", url=url)
+                    self._health.recovered(url)
+                elif healthy:
+                    self._health.probe_answered(url)
+                elif url not in down:
+                    self._health.probe_failed(url)
+                    if not self._health.is_up(url):
+                        log.warning("router.endpoint_unanswering", url=url)
             self.publish()
 
     async def _probe(self, session: aiohttp.ClientSession, url: str) -> bool:
