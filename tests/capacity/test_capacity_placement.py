@@ -80,8 +80,12 @@ async def bus(nats_url: str) -> AsyncIterator[Bus]:
     await opened.close()
 
 
-async def play_local_backend(bus: Bus) -> None:
-    """Every desired release is observed Ready; a removed one stops being observed."""
+ReadyWhen = Callable[[DesiredRelease, list[DesiredRelease]], bool]
+
+
+async def play_local_backend(bus: Bus, ready_when: ReadyWhen = lambda _, __: True) -> None:
+    """Every desired release is observed Ready (once ``ready_when`` it and every desired
+    release say so); a removed one stops being observed."""
     while True:
         desired = await kv_snapshot(bus.nc, subjects.RELEASES_BUCKET, f"{DESIRED_PREFIX}.>")
         observed = await kv_snapshot(bus.nc, subjects.RELEASES_BUCKET, f"{OBSERVED_PREFIX}.>")
@@ -90,7 +94,7 @@ async def play_local_backend(bus: Bus) -> None:
             release = DesiredRelease.model_validate_json(value)
             wanted[observed_key(release.namespace, release.release)] = release
         for key, release in wanted.items():
-            if key not in observed:
+            if key not in observed and ready_when(release, list(wanted.values())):
                 record = ObservedRelease(
                     namespace=release.namespace,
                     release=release.release,

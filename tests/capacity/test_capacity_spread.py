@@ -5,10 +5,22 @@ address per backend, and a failed saga removes the canary from every backend.
 The installer's handlers run with the real local release backend and capacity source; the
 test plays the local-backends (an observed Ready record for every desired release)."""
 
+import asyncio
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import cast
 
-from test_capacity_placement import Handed, bus, events_of, handlers, local_backend, placements
+import pytest
+from test_capacity_placement import (
+    Handed,
+    bus,
+    events_of,
+    handlers,
+    local_backend,
+    placements,
+    play_local_backend,
+)
 from test_capacity_spillover import backends_of_installed, local
 
 from plnt_common import subjects
@@ -161,3 +173,33 @@ async def test_a_failed_saga_removes_its_canary_from_every_backend(
     assert await installed_releases(bus) == {}
     (ended,) = await events_of(bus, EventType.RUN_FAILED)
     assert ended.payload().reason is Reason.INSTALL_FAILED
+
+
+@pytest.fixture
+async def copies_ready_together(bus: Bus) -> AsyncIterator[None]:
+    """A copy serves only once its run's other copy is installed too: an installer that
+    waited for one copy before installing the next would wait forever."""
+
+    def both_installed(release: DesiredRelease, wanted: list[DesiredRelease]) -> bool:
+        return sum(r.run_name == release.run_name for r in wanted) == 2
+
+    task = asyncio.create_task(play_local_backend(bus, both_installed))
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_every_copy_is_installed_before_any_is_waited_on(
+    bus: Bus, copies_ready_together: None, handlers: InstallerHandlers
+) -> None:
+    event = spread_event("together", ("east", local(1)), ("west", local(1)))
+
+    try:
+        await asyncio.wait_for(handlers.handle(event, cast(Delivery, Handed())), timeout=8)
+    except TimeoutError:
+        pytest.fail("the installer waited for the first copy before installing the second")
+
+    assert [e.event_type for e in await events_of(bus, EventType.INSTALL_FAILED)] == []
+    (installed,) = await events_of(bus, EventType.CANARY_INSTALLED)
+    assert [c.backend for c in installed.payload().canary.spread] == ["west"]

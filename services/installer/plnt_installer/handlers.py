@@ -43,6 +43,8 @@ from plnt_installer.ports import ReleaseBackend
 
 log = get_logger(__name__)
 SERVICE = "installer"
+Serving = tuple[ReleaseBackend, SpecPulled, DesiredRelease, ObservedRelease]
+"""A canary copy that serves: its backend, the pulled spec narrowed to it, the release."""
 COMPENSATED_TIMEOUTS = {Phase.PULLING.value, Phase.INSTALLING.value}
 CAPACITY_RETRY_S = 5.0
 """How soon a canary that fits no node is tried again (the capacity view's refresh)."""
@@ -130,7 +132,7 @@ class InstallerHandlers:
 
     async def _install(self, event: Envelope, delivery: Delivery) -> None:
         """spec.pulled: install the canary on each backend placed (``spec.placement.spread``
-        of them, one after another), wait until each serves, publish canary.installed."""
+        of them), wait until every copy serves, publish canary.installed."""
         data: SpecPulled = event.payload()
         if not await self._may_install(event):
             self._awaited.pop(event.sagaid, None)  # a Pending saga superseded or ended
@@ -145,17 +147,11 @@ class InstallerHandlers:
             (copy, logic.desired_canary(copy, saga_id=event.sagaid, spread=index > 0))
             for index, copy in enumerate(copies)
         ]
-        serving: list[tuple[ReleaseBackend, SpecPulled, DesiredRelease, ObservedRelease]] = []
-        for copy, desired in wanted:
-            backend = self._backends[copy.backend.type]
-            observed = None
-            if await self._install_canary(event, copy, backend, desired):
-                observed = await self._wait_ready(event, copy, backend, desired)
-            if observed is None:  # install.failed is published: its compensation removes all
-                for unbooked, unwanted in wanted:
-                    await self._unreserve(unbooked, unwanted)
-                return
-            serving.append((backend, copy, desired, observed))
+        serving = await self._install_copies(event, wanted)
+        if serving is None:  # install.failed is published: its compensation removes them all
+            for unbooked, unwanted in wanted:
+                await self._unreserve(unbooked, unwanted)
+            return
         if self._placements is not None:
             for _, copy, desired, _ in serving:
                 await self._placements.mark_up(backend_name=copy.backend_name, canary=desired)
@@ -163,6 +159,35 @@ class InstallerHandlers:
         if not await self._still_wanted(event, [(b, c, d) for b, c, d, _ in serving]):
             return
         await self._publish_installed(event, data, serving, placement)
+
+    async def _install_copies(
+        self, event: Envelope, wanted: list[tuple[SpecPulled, DesiredRelease]]
+    ) -> list[Serving] | None:
+        """Install each copy, then wait for all of them side by side (one after another
+        could outlast the step's deadline); None once install.failed is published for the
+        first that failed."""
+        installed = []
+        for copy, desired in wanted:
+            backend = self._backends[copy.backend.type]
+            if not await self._install_canary(event, copy, backend, desired):
+                return None
+            installed.append((backend, copy, desired))
+        waits = [asyncio.ensure_future(self._ready_or_failure(event, *c)) for c in installed]
+        try:
+            outcomes = await asyncio.gather(*waits)
+        except BaseException:
+            for wait in waits:
+                wait.cancel()
+            raise
+        for (_, _, desired), outcome in zip(installed, outcomes, strict=True):
+            if isinstance(outcome, InstallFailed):
+                await self._publish_install_failed(event, desired, outcome)
+                return None
+        return [
+            (*copy, outcome)
+            for copy, outcome in zip(installed, outcomes, strict=True)
+            if isinstance(outcome, ObservedRelease)
+        ]
 
     async def _may_install(self, event: Envelope) -> bool:
         """Whether the saga is still the run's; a superseded one is ended here."""
@@ -299,10 +324,10 @@ class InstallerHandlers:
         log.info("canary.installing", release=desired.release, revision=desired.revision)
         return True
 
-    async def _wait_ready(
-        self, event: Envelope, data: SpecPulled, backend: ReleaseBackend, desired: DesiredRelease
-    ) -> ObservedRelease | None:
-        """The canary once it serves; None once install.failed is published."""
+    async def _ready_or_failure(
+        self, event: Envelope, backend: ReleaseBackend, data: SpecPulled, desired: DesiredRelease
+    ) -> ObservedRelease | InstallFailed:
+        """The canary once it serves, or why it never did (nothing published)."""
         timeout_s, source = logic.ready_timeout(
             data.backend, backend_name=data.backend_name, cap_s=self._ready_timeout_s
         )
@@ -317,9 +342,8 @@ class InstallerHandlers:
             )
         except InstallFailed as exc:
             if time.monotonic() - started >= timeout_s:
-                exc = InstallFailed(f"{exc}; the timeout is {source}", reason=exc.reason)
-            await self._publish_install_failed(event, desired, exc)
-            return None
+                return InstallFailed(f"{exc}; the timeout is {source}", reason=exc.reason)
+            return exc
 
     async def _publish_install_failed(
         self, event: Envelope, desired: DesiredRelease, exc: InstallFailed
@@ -375,7 +399,7 @@ class InstallerHandlers:
         self,
         event: Envelope,
         data: SpecPulled,
-        serving: list[tuple[ReleaseBackend, SpecPulled, DesiredRelease, ObservedRelease]],
+        serving: list[Serving],
         placement: tuple[PlacementEntry, ...],
     ) -> None:
         (_, first, desired, observed), further = serving[0], serving[1:]
