@@ -8,13 +8,13 @@ pods listed from each emulator) and the real bookings in ``plnt-capacity``."""
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
 import pytest
 from kubernetes import client, config
-from test_kube_capacity import GPU, Connected, add_node, add_pod
+from test_kube_capacity import GPU, Connected, add_node, add_pod, bus
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
@@ -34,6 +34,8 @@ from plnt_installer.handlers import InstallerHandlers
 from plnt_installer.placement import Placements
 from plnt_installer.ports import ReleaseBackend
 from plnt_testkit.kube_emulator import DEFAULT_TYPES, NODES, PODS, KubeEmulator
+
+__all__ = ["bus"]  # the fixture shared with the one-cluster tests
 
 CLUSTERS = ("gpu-east", "gpu-west")
 
@@ -78,13 +80,6 @@ def clusters(tmp_path: Path) -> Iterator[Clusters]:
             api.close()
         for emulator in emulators:
             emulator.stop()
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    opened = await Bus.open(nats_url, service="test")
-    yield opened
-    await opened.close()
 
 
 @pytest.fixture
