@@ -10,20 +10,42 @@ from plnt_common.logs import get_logger
 log = get_logger(__name__)
 
 
+CANCEL_AGAIN_S = 1.0
+"""How long a cancelled task may take before it is cancelled again."""
+
+
+async def cancelled(work: "asyncio.Future[Any]") -> None:
+    """Cancel ``work`` and wait until it is done, cancelling it again every
+    ``CANCEL_AGAIN_S``: one cancellation can be lost, since Python 3.11's
+    ``asyncio.wait_for`` (which nats-py awaits on every request) swallows one that lands as
+    its inner future completes, and a loop that never returns on its own then runs on.
+    Raises what ``work`` raised other than its cancellation; if the caller itself is
+    cancelled meanwhile, ``work`` is cancelled once more and the caller's cancellation
+    goes on."""
+    try:
+        while not work.done():
+            work.cancel()
+            await asyncio.wait({work}, timeout=CANCEL_AGAIN_S)
+    except asyncio.CancelledError:
+        work.cancel()
+        raise
+    if not work.cancelled() and work.exception() is not None:
+        raise work.exception()  # type: ignore[misc]
+
+
 async def discard(work: "asyncio.Future[Any]") -> None:
     """Cancel work no longer wanted and wait for it; its outcome does not matter any more.
 
     Re-raises the cancellation only when the calling task itself is being cancelled.
     """
-    work.cancel()
     try:
-        await work
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise  # the caller itself is being cancelled, not just the work
+        await cancelled(work)
     except Exception as exc:
         log.debug("task.discarded", error=repr(exc))
+        return
+    task = asyncio.current_task()
+    if work.cancelled() and task is not None and task.cancelling():
+        raise asyncio.CancelledError  # the caller itself is being cancelled, not just the work
 
 
 @contextlib.asynccontextmanager
@@ -34,10 +56,6 @@ async def discarded_on_error(work: "asyncio.Future[Any]") -> AsyncIterator[None]
     except BaseException:
         await discard(work)
         raise
-
-
-CANCEL_AGAIN_S = 1.0
-"""How long a cancelled task may take before it is cancelled again."""
 
 
 async def until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
@@ -54,8 +72,4 @@ async def until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) ->
         await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopping.cancel()
-        while not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=CANCEL_AGAIN_S)
-    if not task.cancelled():
-        task.result()
+        await cancelled(task)

@@ -8,7 +8,6 @@ desired records the backend wrote, not as events.
 """
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -41,6 +40,7 @@ from plnt_common.releases import (
 )
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Phase, Reason
+from plnt_common.tasks import cancelled
 from plnt_installer.adapters.capacity_sources import LocalCapacitySource
 from plnt_installer.adapters.capacity_store import CapacityStore
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
@@ -114,9 +114,7 @@ async def play_local_backend(bus: Bus, ready_when: ReadyWhen = lambda _, __: Tru
 async def local_backend(bus: Bus) -> AsyncIterator[None]:
     task = asyncio.create_task(play_local_backend(bus))
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancelled(task)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ The installer's handlers run with the real local release backend and capacity so
 test plays the local-backends (an observed Ready record for every desired release)."""
 
 import asyncio
-import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import cast
@@ -41,6 +40,7 @@ from plnt_common.events import (
 from plnt_common.releases import DESIRED_PREFIX, DesiredRelease
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
+from plnt_common.tasks import cancelled
 from plnt_installer.handlers import InstallerHandlers
 
 __all__ = ["bus", "handlers", "local_backend", "placements"]  # shared fixtures
@@ -185,9 +185,7 @@ async def copies_ready_together(bus: Bus) -> AsyncIterator[None]:
 
     task = asyncio.create_task(play_local_backend(bus, both_installed))
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancelled(task)
 
 
 async def test_every_copy_is_installed_before_any_is_waited_on(

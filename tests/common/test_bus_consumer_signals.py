@@ -3,7 +3,6 @@ the saga-step metrics, the context bound to a handler's lines, the fault hook be
 ack, and a re-bind after its durable went away."""
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from plnt_common.bus.consumer import ConsumerSpec, Delivery, EventConsumer
 from plnt_common.errors import BusUnavailable, SpecInvalid
 from plnt_common.events import Envelope, EventType, decode_event
 from plnt_common.faults import ArmedFaults
+from plnt_common.tasks import cancelled
 
 DELETED = subjects.event_filter(EventType.RUN_DELETED)
 STEP = EventType.RUN_DELETED.value
@@ -174,9 +174,7 @@ async def test_an_armed_before_ack_point_parks_the_step_unacked_under_the_armed_
         info = await bus.js.consumer_info(subjects.STREAM, subjects.durable_name("parked"))
         assert (info.config.ack_wait, info.num_ack_pending) == (4.0, 1)
     finally:  # the parked step never returns: a stop would wait for it
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
+        await cancelled(running)
 
 
 async def test_a_durable_deleted_under_the_consumer_is_bound_again_and_logged(bus: Bus) -> None:

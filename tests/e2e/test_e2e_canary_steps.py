@@ -20,6 +20,7 @@ from stack_support import Client, publish_spec, run_document, service_process, w
 from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
+from plnt_common.tasks import cancelled
 from plnt_testkit.projections import stored_projections
 
 STABLE, CANARY = "1.0.0-g1", "2.0.0-g2"
@@ -87,9 +88,7 @@ async def watching(client: Client, name: str) -> AsyncIterator[list[Seen]]:
     try:
         yield seen
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancelled(task)  # its status reads are NATS requests: see cancelled()
 
 
 def step_spans(seen: list[Seen]) -> dict[str, tuple[float, float, int]]:

@@ -4,14 +4,17 @@ runner is installed on both (each started by its own backend's local-backend pro
 one backend's process and runner are killed under a live load every call is answered
 from the other."""
 
+import asyncio
 import contextlib
 import copy
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from stack_support import Client, LiveLoad, publish_spec, run_document, workflow_named
 from test_e2e_local_backends import local_backend, parent_of, process_of, wait_until
 
@@ -21,8 +24,8 @@ from plnt_common.releases import release_name, spread_release_name
 RUN = "spread"
 
 
-def spread_run(registry: Path) -> dict[str, Any]:
-    document = copy.deepcopy(run_document(RUN, registry=registry))
+def spread_run(registry: Path, name: str = RUN, traffic_percent: int = 10) -> dict[str, Any]:
+    document = copy.deepcopy(run_document(name, registry=registry, traffic_percent=traffic_percent))
     del document["spec"]["backend"]["cluster"]
     document["spec"]["placement"] = {"backends": ["east", "west"], "spread": 2}
     return document
@@ -34,8 +37,8 @@ async def observed_record(client: Client, release: str) -> dict[str, Any]:
     return record
 
 
-async def route_endpoints(client: Client) -> list[dict[str, Any]]:
-    entry = await client.bus.routes.get(f"default.{RUN}")
+async def route_endpoints(client: Client, name: str = RUN) -> list[dict[str, Any]]:
+    entry = await client.bus.routes.get(f"default.{name}")
     route: dict[str, Any] = json.loads(entry.value or b"{}")
     endpoints: list[dict[str, Any]] = route["stable"]["endpoints"]
     return endpoints
@@ -76,3 +79,48 @@ async def test_a_spread_run_serves_from_both_backends_and_survives_losing_one(
         await wait_until("calls after the kill", lambda: len(load.calls) >= before_kill + 100)
 
     assert not load.failures, load.failures[:5]
+
+
+async def desired_releases(client: Client, name: str, generations: int) -> list[str]:
+    """The run's desired releases on east (the generation's name) and west (``-west``)."""
+    found = []
+    for generation in range(1, generations + 1):
+        for release in (
+            release_name("default", name, generation),
+            spread_release_name("default", name, generation, "west"),
+        ):
+            with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
+                entry = await client.bus.releases.get(f"desired.default.{release}")
+                if entry.value:
+                    found.append(release)
+    return found
+
+
+async def test_a_new_generation_of_a_spread_run_replaces_its_copy_on_every_backend(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    name = "spread-next"
+    for backend in ("east", "west"):
+        await client.apply(local_backend(backend))
+    await process_of(stack, "east")
+    await process_of(stack, "west")
+    publish_spec(registry, workflow_named(name))
+    await client.apply(spread_run(registry, name))
+    await client.wait_phase(name, "Ready", timeout_s=120)
+
+    await client.apply(spread_run(registry, name, traffic_percent=20))
+    body = await client.wait_phase(name, "Ready", generation=2, timeout_s=120)
+
+    assert body["status"]["revision"] == "1.0.0-g2"
+    assert [(e["backend"], e["state"]) for e in body["status"]["placement"]] == [
+        ("east", "Serving"),
+        ("west", "Serving"),
+    ]
+    # both copies of generation 1 retired (after Ready: run.ready starts the retirement)
+    wanted = [f"default-{name}-g2", f"default-{name}-g2-west"]
+    deadline = time.monotonic() + 30
+    while (held := await desired_releases(client, name, generations=2)) != wanted:
+        assert time.monotonic() < deadline, f"still desired 30s after Ready: {held}"
+        await asyncio.sleep(0.2)
+    endpoints = await route_endpoints(client, name)
+    assert [(e["backend"], e["serving"]) for e in endpoints] == [("east", True), ("west", True)]

@@ -2,7 +2,6 @@
 410 recovery, reconnects, finalizers and status with conflict retries, and Events."""
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from kube_support import GROUP, RUNS, VERSION, create_run, get_run, run_body
 from kubernetes import client
 
 from plnt_common.errors import Conflict, PlntError
+from plnt_common.tasks import cancelled
 from plnt_testkit.kube_emulator import EVENTS, WORKFLOW_RUNS, KubeEmulator
 from plnt_watcher.adapters.kube_api import KubernetesRejected, KubernetesUnavailable, connect
 from plnt_watcher.adapters.kube_events import EventRecorder
@@ -37,9 +37,7 @@ class Collector:
 
     async def __aexit__(self, *_: object) -> None:
         assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancelled(self._task)
 
     async def _run(self) -> None:
         while True:

@@ -6,6 +6,7 @@ from typing import Any
 
 from plnt_common.bus.bus import Bus
 from plnt_common.releases import DesiredRelease, desired_key
+from plnt_common.tasks import cancelled
 from plnt_local_backend.adapters.desired_watch import DesiredWatch
 from plnt_local_backend.logic import ReleaseKey
 from plnt_testkit.early_marker import MarkFirst
@@ -57,7 +58,6 @@ async def test_an_early_end_of_initial_values_does_not_hand_over_an_empty_state(
     try:
         await asyncio.wait_for(sink.handed_over.wait(), timeout=10)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancelled(task)
     assert sink.snapshots == [{"wf-g1", "wf-g2"}]
     await bus.close()

@@ -9,6 +9,7 @@ import pytest
 
 from plnt_common.releases import ObservedRelease, ReleasePhase
 from plnt_common.routes import RouteEntry, RouteTarget
+from plnt_common.tasks import cancelled
 from plnt_local_backend.logic import preferred_port
 from plnt_promoter.logic import followed
 from plnt_watcher.serving import Serving, ServingLoop, serving_of, with_serving
@@ -188,8 +189,7 @@ async def test_a_serving_change_whose_status_write_failed_is_written_again() -> 
     running = asyncio.create_task(loop.run(stop, refresh=refresh))
     await asyncio.wait_for(written.wait(), timeout=5)
     stop.set()
-    running.cancel()
-    await asyncio.gather(running, return_exceptions=True)
+    await cancelled(running)
 
     assert attempts == [("default", "shop"), ("default", "shop")]
     serving = loop.lookup("default", "shop")
