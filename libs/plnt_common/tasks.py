@@ -29,8 +29,16 @@ async def cancelled(work: "asyncio.Future[Any]") -> None:
     except asyncio.CancelledError:
         work.cancel()
         raise
-    if not work.cancelled() and work.exception() is not None:
-        raise work.exception()  # type: ignore[misc]
+    if not _ended_by_cancel(work):
+        failure = work.exception()
+        if failure is not None:
+            raise failure
+
+
+def _ended_by_cancel(work: "asyncio.Future[Any]") -> bool:
+    """Cancelled, or (a gather's future, which keeps its children's cancellation as its
+    exception) failed with a ``CancelledError``."""
+    return work.cancelled() or isinstance(work.exception(), asyncio.CancelledError)
 
 
 async def discard(work: "asyncio.Future[Any]") -> None:
@@ -44,7 +52,7 @@ async def discard(work: "asyncio.Future[Any]") -> None:
         log.debug("task.discarded", error=repr(exc))
         return
     task = asyncio.current_task()
-    if work.cancelled() and task is not None and task.cancelling():
+    if _ended_by_cancel(work) and task is not None and task.cancelling():
         raise asyncio.CancelledError  # the caller itself is being cancelled, not just the work
 
 

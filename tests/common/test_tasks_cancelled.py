@@ -48,3 +48,15 @@ async def test_discard_swallows_the_work_s_failure_and_ends_it() -> None:
     await asyncio.wait_for(discard(task), timeout=WITHIN_S)
 
     assert task.cancelled()
+
+
+async def test_a_discarded_gather_ends_quietly() -> None:
+    """A gather's future keeps its children's cancellation as its exception, not as its
+    own cancelled state: that is still a cancellation, not a failure to raise."""
+    gathered = asyncio.gather(asyncio.sleep(3600), asyncio.sleep(3600))
+    await asyncio.sleep(0)
+
+    await asyncio.wait_for(discard(gathered), timeout=WITHIN_S)
+    await asyncio.wait_for(cancelled(gathered), timeout=WITHIN_S)
+
+    assert gathered.done()
