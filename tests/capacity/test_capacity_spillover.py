@@ -56,15 +56,23 @@ def local(capacity: int) -> PlntBackendSpec:
 
 
 def pulled_event(name: str, east: PlntBackendSpec, west: PlntBackendSpec) -> Envelope:
+    return placed_event(name, SPEC, ("east", east), ("west", west))
+
+
+def placed_event(
+    name: str, spec: WorkflowRunSpec, *backends: tuple[str, PlntBackendSpec]
+) -> Envelope:
+    """spec.pulled of ``name`` with ``backends`` acceptable, in order."""
+    (first, backend), rest = backends[0], backends[1:]
     pulled = SpecPulled(
-        run=RunSnapshot(namespace="default", name=name, generation=1, spec=SPEC),
+        run=RunSnapshot(namespace="default", name=name, generation=1, spec=spec),
         spec_digest="sha256:" + "0" * 64,
         workflow_name="review-responder",
         workflow_version="1.2.0",
         revision="1.2.0-g1",
-        backend_name="east",
-        backend=east,
-        fallbacks=(BackendChoice(backend_name="west", backend=west),),
+        backend_name=first,
+        backend=backend,
+        fallbacks=tuple(BackendChoice(backend_name=n, backend=b) for n, b in rest),
     )
     return new_event(
         EventType.SPEC_PULLED,

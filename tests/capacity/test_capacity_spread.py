@@ -20,22 +20,18 @@ from test_capacity_placement import (
     placements,
     play_local_backend,
 )
-from test_capacity_spillover import backends_of_installed, local
+from test_capacity_spillover import backends_of_installed, local, placed_event
 
 from plnt_common import subjects
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.kv_snapshot import kv_snapshot
 from plnt_common.events import (
-    BackendChoice,
     CanaryInstalled,
     Envelope,
     EventType,
     InstallFailed,
-    RunSnapshot,
-    SpecPulled,
     follow_up,
-    new_event,
 )
 from plnt_common.releases import DESIRED_PREFIX, DesiredRelease
 from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
@@ -55,26 +51,7 @@ SPREAD_TWO = WorkflowRunSpec.model_validate(
 
 
 def spread_event(name: str, *backends: tuple[str, PlntBackendSpec]) -> Envelope:
-    (first, spec), rest = backends[0], backends[1:]
-    pulled = SpecPulled(
-        run=RunSnapshot(namespace="default", name=name, generation=1, spec=SPREAD_TWO),
-        spec_digest="sha256:" + "0" * 64,
-        workflow_name="review-responder",
-        workflow_version="1.2.0",
-        revision="1.2.0-g1",
-        backend_name=first,
-        backend=spec,
-        fallbacks=tuple(BackendChoice(backend_name=n, backend=s) for n, s in rest),
-    )
-    return new_event(
-        EventType.SPEC_PULLED,
-        pulled,
-        namespace="default",
-        name=name,
-        sagaid=f"default.{name}.1.1",
-        generation=1,
-        source="test",
-    )
+    return placed_event(name, SPREAD_TWO, *backends)
 
 
 async def installed_releases(bus: Bus) -> dict[str, str]:
