@@ -240,10 +240,13 @@ async def test_an_operator_request_joins_the_saga_trace_and_replay_keeps_the_tra
     sagaid = f"default.{name}.2.1"
 
     def request_handled(spans: list[ReceivedSpan]) -> bool:
-        return any(
-            s.service == "plnt-promoter" and s.name == "process promote.requested"
-            for s in of_saga(spans, sagaid)
-        )
+        # each process exports its spans in its own batches: the promoter's span can
+        # arrive before the watcher's that it is the child of
+        names = {(s.service, s.name) for s in of_saga(spans, sagaid)}
+        return {
+            ("plnt-watcher", "publish promote.requested"),
+            ("plnt-promoter", "process promote.requested"),
+        } <= names
 
     spans = await receiver.wait_for(request_handled, what=f"the promote request of {sagaid}")
     root = started(spans, sagaid)
