@@ -164,6 +164,12 @@ class SmokeFigures(_Data):
 
 class RunRequested(_Data):
     run: RunSnapshot
+    lost: tuple[PlacementEntry, ...] = Field(
+        default=(),
+        description="Backends whose copy of the serving revision is lost (state Lost, with "
+        "the reason): a replacement of the generation, placed on the next backend that "
+        "fits (spec.placement.failover). Empty for every other saga.",
+    )
 
 
 class BackendChoice(_Data):
@@ -193,6 +199,11 @@ class SpecPulled(_Data):
         "Skipped), each with its one-line reason.",
     )
 
+    def replacing(self) -> bool:
+        """A replacement of a lost copy: the revision already serves (or served) on the
+        backends marked Lost, so the new copy is named after its backend."""
+        return any(entry.state == "Lost" for entry in self.passed_over)
+
     def choices(self) -> tuple[BackendChoice, ...]:
         """Every acceptable backend, in order of preference."""
         return (
@@ -214,8 +225,13 @@ class CanaryInstalled(_Data):
     placement: tuple[PlacementEntry, ...] = Field(
         default=(),
         description="The canary's backend (Installing) and each backend passed over for it "
-        "(Skipped, with the reason).",
+        "(Skipped, with the reason; Lost for a replacement).",
     )
+
+    def replacing(self) -> bool:
+        """The canary replaces a lost copy of the revision that serves: it was judged
+        already, so it is promoted once its smoke test passes."""
+        return any(entry.state == "Lost" for entry in self.placement)
 
 
 class InstallFailed(_Data):

@@ -207,8 +207,8 @@ SPREAD_WITH_KEPT_PREVIOUS = (
     " (a kept previous revision is held on one backend)"
 )
 FAILOVER_NOT_ACTED_ON = (
-    "with spread 1, failover is not acted on yet: the run stops answering while its backend"
-    " is lost (spread above 1 keeps serving from the others; docs/multi-cluster.md)"
+    "with spread above 1, a lost copy is not replaced on another backend yet: its calls go"
+    " to the other copies (docs/multi-cluster.md)"
 )
 
 
@@ -229,7 +229,9 @@ class Placement(_Model):
     )
     failover: bool = Field(
         default=False,
-        description="With spread above 1, a lost backend's share of calls moves to the others.",
+        description="A run on one backend whose runner is lost is replaced on the next "
+        "backend that fits; with spread above 1 the router sends a lost copy's calls to the "
+        "others whether or not this is set.",
     )
 
     @field_validator("backends")

@@ -1,5 +1,6 @@
 """``plnt get wr`` shows the backends serving a run (status.placement in state Serving),
-and ``plnt apply`` warns that ``spec.placement.failover`` with spread 1 is not acted on."""
+and ``plnt apply`` warns that ``spec.placement.failover`` replaces no lost copy of a spread
+run yet."""
 
 from typing import Any
 
@@ -43,15 +44,15 @@ def test_get_shows_a_dash_before_any_backend_serves() -> None:
     assert row.split()[6] == "-"
 
 
-def test_apply_warns_once_for_failover_with_spread_one_only() -> None:
-    warned = apply_warnings([parse_resource(run_body(failover=True))])
+def test_apply_warns_once_for_failover_with_spread_above_one_only() -> None:
+    warned = apply_warnings([parse_resource(run_body(failover=True, spread=2))])
     quiet = apply_warnings([parse_resource(run_body())])
-    spread = apply_warnings([parse_resource(run_body(failover=True, spread=2))])
+    one = apply_warnings([parse_resource(run_body(failover=True))])
 
     assert warned == [
-        "Warning: workflowrun.plnt.work/placed: spec.placement.failover: with spread 1, failover"
-        " is not acted on yet: the run stops answering while its backend is lost (spread above"
-        " 1 keeps serving from the others; docs/multi-cluster.md)"
+        "Warning: workflowrun.plnt.work/placed: spec.placement.failover: with spread above 1,"
+        " a lost copy is not replaced on another backend yet: its calls go to the other copies"
+        " (docs/multi-cluster.md)"
     ]
     assert quiet == []
-    assert spread == []
+    assert one == []

@@ -24,7 +24,7 @@ from plnt_common.events import (
 )
 from plnt_common.oci import OciClient
 from plnt_common.resource_store import ResourceStore
-from plnt_common.resources import WorkflowRunSpec, parse_resource
+from plnt_common.resources import PlacementEntry, WorkflowRunSpec, parse_resource
 from plnt_puller import app
 from plnt_puller.settings import PullerSettings
 from plnt_testkit.events import run_requested
@@ -227,9 +227,9 @@ class PullerUnderTest:
     ) -> None:
         await ResourceStore(self.bus).apply(backend_resource(name, gpu_classes))
 
-    async def request(self, run: RunSnapshot) -> Envelope:
+    async def request(self, run: RunSnapshot, *, lost: tuple[PlacementEntry, ...] = ()) -> Envelope:
         """Publish ``run.requested`` for ``run`` as the watcher would."""
-        event = run_requested(run)
+        event = run_requested(run, lost=lost)
         await self.bus.publish(event)
         return event
 

@@ -16,7 +16,7 @@ from puller_support import (
 
 from plnt_common.events import EventType, RunFailed, RunSnapshot, SpecPulled
 from plnt_common.resource_store import ResourceStore
-from plnt_common.resources import WorkflowRunSpec, parse_resource
+from plnt_common.resources import PlacementEntry, WorkflowRunSpec, parse_resource
 from plnt_common.status import Reason
 
 OTHER = "gpu-west"
@@ -141,3 +141,39 @@ async def test_a_selector_matching_nothing_fails_naming_it(
     assert failure.message.endswith(
         ": no PlntBackend matches spec.placement.selector 'tier=quantum'"
     )
+
+
+LOST_EAST = PlacementEntry(
+    backend=BACKEND, state="Lost", reason="RunnerFailed: replaced on the next backend that fits"
+)
+
+
+async def test_a_replacement_passes_over_the_lost_backend_as_lost(
+    puller: PullerUnderTest, file_source: FileSource
+) -> None:
+    await apply_backend(puller, OTHER)
+    file_source.publish(workflow_yaml())
+    run = placed_run(registry=file_source.url, backends=[BACKEND, OTHER])
+
+    outcome = await puller.outcome(await puller.request(run, lost=(LOST_EAST,)))
+
+    pulled = outcome.payload()
+    assert isinstance(pulled, SpecPulled), pulled
+    assert [c.backend_name for c in pulled.choices()] == [OTHER]
+    assert pulled.passed_over == (LOST_EAST,)
+    assert pulled.replacing()
+
+
+async def test_a_replacement_with_no_other_backend_fails_naming_the_lost_one(
+    puller: PullerUnderTest, file_source: FileSource
+) -> None:
+    await apply_backend(puller, OTHER, allowedImages=["registry.internal/"])
+    file_source.publish(workflow_yaml())
+    run = placed_run(registry=file_source.url, backends=[BACKEND, OTHER])
+
+    outcome = await puller.outcome(await puller.request(run, lost=(LOST_EAST,)))
+
+    failure = outcome.payload()
+    assert isinstance(failure, RunFailed), failure
+    assert f"BackendUnavailable: {BACKEND!r} is lost (RunnerFailed: replaced" in failure.message
+    assert f"BackendNotAllowed: PlntBackend '{OTHER}' allows images" in failure.message

@@ -15,7 +15,13 @@ from plnt_common.events import (
 )
 from plnt_common.projection import RunProjection
 from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole
-from plnt_common.resources import PlntBackendSpec, SmokeTest, WorkflowRunSpec, WorkflowRunStatus
+from plnt_common.resources import (
+    PlacementEntry,
+    PlntBackendSpec,
+    SmokeTest,
+    WorkflowRunSpec,
+    WorkflowRunStatus,
+)
 from plnt_common.routes import RouteEntry, RouteTarget
 from plnt_common.saga import SagaState, TerminalClaim, classify
 from plnt_common.status import Phase
@@ -404,6 +410,16 @@ def test_a_canary_release_is_desired_from_the_pulled_spec_and_its_backend() -> N
     )
     offline = installer.desired_canary(pulled(replicas_min=0, llm=None), saga_id="team.wf.3.1")
     assert (offline.replicas, offline.llm) == (1, LlmConfig())
+
+
+def test_a_replacement_canary_is_named_after_its_backend_beside_the_lost_copy() -> None:
+    lost = PlacementEntry(backend="east", state="Lost", reason="RunnerFailed")
+    data = pulled(replicas_min=1, llm=None).model_copy(update={"passed_over": (lost,)})
+    replacing = installer.desired_canary(data, saga_id="team.wf.3.2")
+    assert replacing.release == "team-wf-g3-c"
+    skipped = lost.model_copy(update={"state": "Skipped"})
+    first = data.model_copy(update={"passed_over": (skipped,)})
+    assert installer.desired_canary(first, saga_id="team.wf.3.1").release == "team-wf-g3"
 
 
 def test_the_stable_revision_is_a_stable_release_of_another_saga_only() -> None:

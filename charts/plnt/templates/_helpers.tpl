@@ -108,7 +108,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
 */}}
 {{- define "plnt.settingKeys" -}}
 {{- $keys := dict
-  "watcher" (list "source" "concurrency" "statusLingerS" "deadlinePullingS" "deadlineInstallingS" "deadlineSmokingS" "deadlinePromotingS" "deadlineProgressingS" "deadlineCheckIntervalS"
+  "watcher" (list "source" "concurrency" "statusLingerS" "deadlinePullingS" "deadlineInstallingS" "deadlineSmokingS" "deadlinePromotingS" "deadlineProgressingS" "deadlineCheckIntervalS" "replaceLostAfterS"
                   "kubeconfig" "kubeContext" "kubeNamespace" "kubeWatchTimeoutS" "kubeRequestTimeoutS" "kubeListPageSize" "kubeEvents"
                   "leaderElection" "leaseName" "leaseNamespace" "leaseDurationS" "leaseRenewDeadlineS" "leaseRetryPeriodS" "leaseIdentity")
   "puller" (list "s3EndpointUrl" "s3Region" "s3MaxAttempts" "connectTimeoutS" "readTimeoutS" "maxAttempts" "retryBackoffS" "concurrency"

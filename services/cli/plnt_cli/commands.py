@@ -84,7 +84,7 @@ def apply_warnings(resources: list[Resource]) -> list[str]:
         if isinstance(r, WorkflowRun)
         and r.spec.placement is not None
         and r.spec.placement.failover
-        and r.spec.placement.spread == 1
+        and r.spec.placement.spread > 1
     ]
 
 

@@ -20,13 +20,14 @@ INSTALL_REASONS = frozenset({Reason.CODE_INVALID, Reason.DEPENDENCIES_FAILED})
 
 
 def desired_canary(data: SpecPulled, *, saga_id: str, spread: bool = False) -> DesiredRelease:
-    """The canary on ``data.backend_name``; ``spread``: on a further backend of
-    ``spec.placement.spread``, whose release name says the backend."""
+    """The canary on ``data.backend_name``. Its release name says the backend when it is
+    a further copy of ``spec.placement.spread`` (``spread``) or the replacement of a lost
+    copy: the generation's plain name is held on the lost backend."""
     run = data.run
     llm = data.backend.llm
     release = (
         spread_release_name(run.namespace, run.name, run.generation, data.backend_name)
-        if spread
+        if spread or data.replacing()
         else release_name(run.namespace, run.name, run.generation)
     )
     return DesiredRelease(

@@ -172,8 +172,9 @@ class PromoterHandlers:
 
         plan = data.run.spec.canary
         # A shadowed canary takes no live call before its shadow phase passes, the smoke
-        # test included: it answers only its own smoke calls and the mirrored ones.
-        weight = 0 if plan.shadowed else plan.traffic_percent
+        # test included: it answers only its own smoke calls and the mirrored ones. A
+        # replacement takes none before its smoke test promotes it.
+        weight = 0 if plan.shadowed or data.replacing() else plan.traffic_percent
 
         def add(entry: RouteEntry | None) -> RouteEntry | None:
             return logic.with_canary(
@@ -202,6 +203,10 @@ class PromoterHandlers:
         plan = installed.payload().run.spec.canary if installed else Canary()
         verdict = logic.decide_on_pass(state, entry, event.sagaid)
         log.info("smoke.passed.decision", verdict=verdict.value)
+        if installed is not None and installed.payload().replacing():
+            # the revision was judged when it was promoted: no shadow, steps or gate again
+            await self._promote(event, data.canary, verdict, (entry, revision), replacing=True)
+            return
         if verdict is logic.Verdict.PROMOTE and await self._shadow.start(
             event, data.canary, plan, entry
         ):
@@ -220,8 +225,11 @@ class PromoterHandlers:
         canary: CanaryRef,
         verdict: logic.Verdict,
         read: tuple[RouteEntry | None, int],
+        *,
+        replacing: bool = False,
     ) -> None:
-        """Act on ``verdict``: all traffic to the canary and ``run.ready``, or restore."""
+        """Act on ``verdict``: all traffic to the canary and ``run.ready``, or restore.
+        A replacement keeps no previous revision: the one it replaces is the same."""
         if verdict is logic.Verdict.IGNORE:
             return
         if verdict is logic.Verdict.WAIT:
@@ -251,7 +259,9 @@ class PromoterHandlers:
             revision=canary.revision,
             endpoint=self._endpoint(event),
             spec_digest=canary.spec_digest,
-            previous_revision="" if verdict is logic.Verdict.ALREADY_PROMOTED else previous,
+            previous_revision=""
+            if replacing or verdict is logic.Verdict.ALREADY_PROMOTED
+            else previous,
         )
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         await self._bus.publish_terminal(

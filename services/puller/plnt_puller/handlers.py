@@ -71,7 +71,8 @@ class PullHandler:
         Raises (so the consumer NAKs) on retryable errors: registry or bus unavailable,
         and anything unexpected.
         """
-        run = _requested_run(event)
+        requested = _requested(event)
+        run = requested.run
         # Reading the spec and the backend changes nothing: start them with the saga check.
         reads = asyncio.gather(self._fetch(run), self._first_candidate(run))
         async with discarded_on_error(reads):
@@ -88,7 +89,9 @@ class PullHandler:
             return
         try:
             (raw, signature, stored, logins), backend = await reads
-            pulled = await self._pull(run, raw, signature, backend, stored=stored, logins=logins)
+            pulled = await self._pull(
+                run, raw, signature, backend, stored=stored, logins=logins, lost=requested.lost
+            )
         except Exception as exc:
             failure = logic.failure_for(exc, ref=run.spec.workflow.ref)
             if failure is None:
@@ -102,7 +105,7 @@ class PullHandler:
     async def on_exhausted(self, event: Envelope, error: BaseException) -> None:
         """Publish ``run.failed`` naming the last error once deliveries ran out."""
         failure = logic.failure_after_exhaustion(
-            error, ref=_requested_run(event).spec.workflow.ref, attempts=self.max_attempts
+            error, ref=_requested(event).run.spec.workflow.ref, attempts=self.max_attempts
         )
         await self._fail(event, failure)
 
@@ -141,6 +144,7 @@ class PullHandler:
         *,
         stored: bool,
         logins: Logins | None = None,
+        lost: tuple[PlacementEntry, ...] = (),
     ) -> SpecPulled:
         """Check the signature (first: nothing of an untrusted spec is read), verify,
         validate, check the backend, then store unless ``stored``; raises ``PlntError``."""
@@ -148,7 +152,9 @@ class PullHandler:
         logic.verify_signature(raw=raw, signature=signature, verify=ref.verify)
         digest = logic.verify_integrity(raw=raw, pinned=ref.integrity_hash)
         workflow = logic.validate_spec(raw=raw, name=ref.name, version=ref.version)
-        chosen, skipped = await self._choose_backend(run, backend, workflow.spec.runtime.image)
+        chosen, skipped = await self._choose_backend(
+            run, backend, workflow.spec.runtime.image, lost=lost
+        )
         if workflow.spec.runtime.code is not None:
             await self._pull_code(run, workflow.spec.runtime.code, logins)
         # Stored last, once nothing can refuse the run, so failed pulls leave no objects.
@@ -165,18 +171,29 @@ class PullHandler:
         return await self.backends.get(candidates[0]) if candidates else None
 
     async def _choose_backend(
-        self, run: RunSnapshot, first: PlntBackendSpec | None, image: str
+        self,
+        run: RunSnapshot,
+        first: PlntBackendSpec | None,
+        image: str,
+        *,
+        lost: tuple[PlacementEntry, ...] = (),
     ) -> tuple[list[BackendChoice], list[PlacementEntry]]:
         """Every candidate (spec.backend.cluster, or spec.placement.backends in order) that
         exists, offers the GPU class and allows the run, and each one passed over with its
-        one-line reason. None fits: the last refusal's error, naming every reason."""
+        one-line reason; a backend in ``lost`` (a replacement) is passed over as Lost. None
+        fits: the last refusal's error, naming every reason."""
         named = run.spec.candidates
         candidates = named or await self._selected(run)
         gpu_class = run.spec.backend.gpu_class
         refusals: list[PlntError] = []
         skipped: list[PlacementEntry] = []
         chosen: list[BackendChoice] = []
+        lost_here = {entry.backend: entry for entry in lost}
         for index, name in enumerate(candidates):
+            if name in lost_here:
+                skipped.append(lost_here[name])
+                refusals.append(BackendUnavailable(f"{name!r} is lost ({lost_here[name].reason})"))
+                continue
             # the first named one was read beside the spec; selected ones are read now
             backend = first if named and index == 0 else await self.backends.get(name)
             try:
@@ -270,8 +287,8 @@ class PullHandler:
         )
 
 
-def _requested_run(event: Envelope) -> RunSnapshot:
+def _requested(event: Envelope) -> RunRequested:
     payload = event.payload()
     if not isinstance(payload, RunRequested):  # the consumer's filter makes this a bug
         raise TypeError(f"the puller handles run.requested, not {event.event_type.value}")
-    return payload.run
+    return payload

@@ -23,6 +23,7 @@ from plnt_watcher.handlers import SERVICE, ProjectionHandlers
 from plnt_watcher.leader import LeaderElector
 from plnt_watcher.loops import DeadlineLoop, ResourceLoop
 from plnt_watcher.ports import ResourceSource
+from plnt_watcher.replacement import ReplacementLoop
 from plnt_watcher.serving import ServingLoop
 from plnt_watcher.settings import WatcherSettings
 from plnt_watcher.status_sync import ConvergingStatus
@@ -134,10 +135,17 @@ async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
         deadlines=settings.deadlines(),
         interval_s=settings.deadline_check_interval_s,
     )
+    replacements = ReplacementLoop(
+        bus=bus,
+        projections=projections,
+        serving=serving.known,
+        lost_after_s=settings.replace_lost_after_s,
+    )
     background = [
         asyncio.create_task(resource_loop(resources, elector, stop)),
         asyncio.create_task(deadlines.run(stop)),
         asyncio.create_task(serving.run(stop, refresh=source.refresh)),
+        asyncio.create_task(replacements.run(stop)),
     ]
     try:
         await app.run(stop)

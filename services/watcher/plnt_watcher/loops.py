@@ -18,7 +18,6 @@ from plnt_common.events import (
     RunSnapshot,
     StepTimedOut,
     new_event,
-    saga_id,
 )
 from plnt_common.kube_errors import KubernetesRejected
 from plnt_common.logs import get_logger
@@ -32,6 +31,7 @@ from plnt_watcher.backoff import QUEUE_DEPTH, Backoff
 from plnt_watcher.handlers import SERVICE
 from plnt_watcher.ports import ResourceSource
 from plnt_watcher.requests import OperatorRequests, asks_for_operation
+from plnt_watcher.saga_ids import free_saga_id
 
 log = get_logger(__name__)
 PENDING_STATUS = {"phase": "Pending"}
@@ -230,19 +230,6 @@ class ResourceLoop:
                     namespace=facts.namespace, name=facts.name, finalizer=logic.FINALIZER
                 )
 
-    async def _free_saga_id(
-        self, namespace: str, name: str, generation: int, after: int = 0
-    ) -> str:
-        """The first saga id of this generation no earlier saga has ended under.
-
-        A run deleted and created again starts at generation 1; skipping claimed ids keeps
-        its sagas from colliding with the earlier object's in ``plnt-sagas`` and dedup.
-        """
-        attempt = after + 1
-        while await self._bus.saga_ended(saga_id(namespace, name, generation, attempt)):
-            attempt += 1
-        return saga_id(namespace, name, generation, attempt)
-
     async def _request_saga(
         self,
         facts: logic.ResourceFacts,
@@ -307,7 +294,7 @@ class ResourceLoop:
         # read at once: each is a server round trip on the way to every deploy's first event
         earlier, sagaid, latest = await asyncio.gather(
             self._requested_already(facts),
-            self._free_saga_id(facts.namespace, facts.name, facts.generation),
+            free_saga_id(self._bus, facts.namespace, facts.name, facts.generation),
             latest_saga(self._bus, facts.namespace, facts.name),
         )
         if earlier:
@@ -337,7 +324,7 @@ class ResourceLoop:
         """
         self._requested.pop((namespace, name), None)  # the deletion supersedes that saga
         generation, attempt = saga_order(after_saga) if after_saga else (1, 1)
-        sagaid = await self._free_saga_id(namespace, name, generation, after=attempt)
+        sagaid = await free_saga_id(self._bus, namespace, name, generation, after=attempt)
         event = new_event(
             EventType.RUN_DELETED,
             RunDeleted(),

@@ -145,6 +145,10 @@ class ServingLoop:
     def lookup(self, namespace: str, name: str) -> Serving | None:
         return self._serving.get((namespace, name))
 
+    def known(self) -> dict[tuple[str, str], Serving]:
+        """Every run's condition as the routes say now."""
+        return dict(self._serving)
+
     async def run(self, stop: asyncio.Event, *, refresh: Refresh) -> None:
         retrying = asyncio.create_task(self._retry(stop, refresh))
         try:

@@ -50,6 +50,13 @@ class WatcherSettings(CommonSettings):
     deadline_check_interval_s: float = Field(
         default=1.0, gt=0, description="How often deadlines are checked."
     )
+    replace_lost_after_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a run with spec.placement.failover may have its runner "
+        "reported lost (RunnerFailed, NoReadyPods) before it is replaced on the next "
+        "backend that fits.",
+    )
 
     # --- kubernetes source (PLNT_WATCHER_SOURCE=kubernetes) -------------------------------
     kubeconfig: str = Field(
