@@ -170,6 +170,11 @@ class RunRequested(_Data):
         "the reason): a replacement of the generation, placed on the next backend that "
         "fits (spec.placement.failover). Empty for every other saga.",
     )
+    kept: tuple[PlacementEntry, ...] = Field(
+        default=(),
+        description="With lost: the backends whose copy keeps serving (state Serving), a "
+        "spread run's other copies. The replacement installs only the copies missing.",
+    )
 
 
 class BackendChoice(_Data):
@@ -202,7 +207,15 @@ class SpecPulled(_Data):
     def replacing(self) -> bool:
         """A replacement of a lost copy: the revision already serves (or served) on the
         backends marked Lost, so the new copy is named after its backend."""
-        return any(entry.state == "Lost" for entry in self.passed_over)
+        return bool(self.lost())
+
+    def lost(self) -> tuple[str, ...]:
+        """The backends whose copy a replacement replaces."""
+        return tuple(entry.backend for entry in self.passed_over if entry.state == "Lost")
+
+    def kept(self) -> tuple[str, ...]:
+        """The backends whose copy keeps serving through a replacement."""
+        return tuple(entry.backend for entry in self.passed_over if entry.state == "Serving")
 
     def choices(self) -> tuple[BackendChoice, ...]:
         """Every acceptable backend, in order of preference."""
@@ -232,6 +245,10 @@ class CanaryInstalled(_Data):
         """The canary replaces a lost copy of the revision that serves: it was judged
         already, so it is promoted once its smoke test passes."""
         return any(entry.state == "Lost" for entry in self.placement)
+
+    def lost(self) -> tuple[str, ...]:
+        """The backends whose copy a replacement replaces."""
+        return tuple(entry.backend for entry in self.placement if entry.state == "Lost")
 
 
 class InstallFailed(_Data):

@@ -643,15 +643,17 @@ def _promoted_placement(current: _Draft) -> dict[str, object]:
 
 def _promoted_placement_status(current: _Draft) -> dict[str, object]:
     """Promoted: the canary's backend serves (the old backend's release is retired or only
-    kept); the backends passed over stay with their reasons."""
+    kept); the backends passed over stay with their reasons. A replacement (a backend
+    Lost) retires only the lost copies: the ones still Serving stay."""
     placement = current.placement
     if not any(entry.state == "Installing" for entry in placement):
         return {}
+    replacing = any(entry.state == "Lost" for entry in placement)
     return {
         "placement": tuple(
             entry.model_copy(update={"state": "Serving"}) if entry.state == "Installing" else entry
             for entry in placement
-            if entry.state != "Serving"
+            if replacing or entry.state != "Serving"
         )
     }
 

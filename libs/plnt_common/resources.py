@@ -206,10 +206,6 @@ SPREAD_WITH_KEPT_PREVIOUS = (
     "spec.placement.spread above 1 with spec.rollback.keepPreviousFor is not supported yet"
     " (a kept previous revision is held on one backend)"
 )
-FAILOVER_NOT_ACTED_ON = (
-    "with spread above 1, a lost copy is not replaced on another backend yet: its calls go"
-    " to the other copies (docs/multi-cluster.md)"
-)
 
 
 class Placement(_Model):
@@ -229,9 +225,9 @@ class Placement(_Model):
     )
     failover: bool = Field(
         default=False,
-        description="A run on one backend whose runner is lost is replaced on the next "
-        "backend that fits; with spread above 1 the router sends a lost copy's calls to the "
-        "others whether or not this is set.",
+        description="A runner its backend reports lost is replaced on the next backend "
+        "that fits (with spread above 1, the lost copy; the router sends its calls to the "
+        "other copies meanwhile, whether or not this is set).",
     )
 
     @field_validator("backends")

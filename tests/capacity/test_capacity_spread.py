@@ -31,10 +31,12 @@ from plnt_common.events import (
     Envelope,
     EventType,
     InstallFailed,
+    SpecPulled,
     follow_up,
+    new_event,
 )
 from plnt_common.releases import DESIRED_PREFIX, DesiredRelease
-from plnt_common.resources import PlntBackendSpec, WorkflowRunSpec
+from plnt_common.resources import PlacementEntry, PlntBackendSpec, WorkflowRunSpec
 from plnt_common.status import Reason
 from plnt_common.tasks import cancelled
 from plnt_installer.handlers import InstallerHandlers
@@ -178,3 +180,38 @@ async def test_every_copy_is_installed_before_any_is_waited_on(
     assert [e.event_type for e in await events_of(bus, EventType.INSTALL_FAILED)] == []
     (installed,) = await events_of(bus, EventType.CANARY_INSTALLED)
     assert [c.backend for c in installed.payload().canary.spread] == ["west"]
+
+
+async def test_a_replacement_installs_only_the_copies_missing_beside_the_kept_ones(
+    bus: Bus, local_backend: None, handlers: InstallerHandlers
+) -> None:
+    event = spread_event("replaced", ("burst", local(1)), ("extra", local(1)))
+    pulled = event.payload()
+    assert isinstance(pulled, SpecPulled)
+    standing = (
+        PlacementEntry(backend="east", state="Lost", reason="RunnerFailed: replaced"),
+        PlacementEntry(backend="west", state="Serving"),
+    )
+    replacing = new_event(
+        EventType.SPEC_PULLED,
+        pulled.model_copy(update={"passed_over": standing}),
+        namespace="default",
+        name="replaced",
+        sagaid="default.replaced.1.2",
+        generation=1,
+        source="test",
+    )
+
+    await handlers.handle(replacing, cast(Delivery, Handed()))
+
+    # one copy beside west's, named after its backend (the plain name is held on east)
+    assert await installed_releases(bus) == {"default-replaced-g1-burst": "burst"}
+    (installed,) = await events_of(bus, EventType.CANARY_INSTALLED)
+    data = installed.payload()
+    assert isinstance(data, CanaryInstalled)
+    assert data.lost() == ("east",)
+    assert [(e.backend, e.state) for e in data.placement] == [
+        ("burst", "Installing"),
+        ("east", "Lost"),
+        ("west", "Serving"),
+    ]

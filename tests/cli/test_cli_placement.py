@@ -1,12 +1,8 @@
-"""``plnt get wr`` shows the backends serving a run (status.placement in state Serving),
-and ``plnt apply`` warns that ``spec.placement.failover`` replaces no lost copy of a spread
-run yet."""
+"""``plnt get wr`` shows the backends serving a run (status.placement in state Serving)."""
 
 from typing import Any
 
-from plnt_cli.commands import apply_warnings
 from plnt_cli.render import workflowrun_rows
-from plnt_common.resources import parse_resource
 
 
 def run_body(status: dict[str, Any] | None = None, **placement: Any) -> dict[str, Any]:
@@ -42,17 +38,3 @@ def test_get_shows_a_dash_before_any_backend_serves() -> None:
     _, row = workflowrun_rows([run_body({"phase": "Pending"})]).splitlines()
 
     assert row.split()[6] == "-"
-
-
-def test_apply_warns_once_for_failover_with_spread_above_one_only() -> None:
-    warned = apply_warnings([parse_resource(run_body(failover=True, spread=2))])
-    quiet = apply_warnings([parse_resource(run_body())])
-    one = apply_warnings([parse_resource(run_body(failover=True))])
-
-    assert warned == [
-        "Warning: workflowrun.plnt.work/placed: spec.placement.failover: with spread above 1,"
-        " a lost copy is not replaced on another backend yet: its calls go to the other copies"
-        " (docs/multi-cluster.md)"
-    ]
-    assert quiet == []
-    assert one == []

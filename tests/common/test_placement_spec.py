@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from plnt_common.resources import FAILOVER_NOT_ACTED_ON, WorkflowRun, parse_resource
+from plnt_common.resources import WorkflowRun, parse_resource
 from plnt_testkit.kube_emulator.schema import CrdSchema
 from plnt_testkit.kube_emulator.types import ApiError
 
@@ -102,7 +102,3 @@ def test_each_refusal_is_one_line_in_the_model_and_the_crd(
     assert message in model_refusal(run(**spec))
     crd_message = crd_refusal(run(**spec))
     assert message in crd_message and "\n" not in crd_message
-
-
-def test_the_failover_notice_names_the_doc() -> None:
-    assert "docs/multi-cluster.md" in FAILOVER_NOT_ACTED_ON

@@ -1,5 +1,6 @@
-"""``spec.placement.failover`` with one copy: when the backend a run serves from loses its
-runner for good, the run is replaced on the next backend that fits, the lost copy retired.
+"""``spec.placement.failover``: when a backend loses a run's runner for good, the run (or,
+spread over several backends, the lost copy) is replaced on the next backend that fits,
+and the lost copy is retired.
 
 The stack's local-backends give up on a runner at its first exit
 (``PLNT_LOCAL_BACKEND_MAX_RESTARTS=0``: ``RunnerFailed``), and the watcher replaces a run
@@ -19,9 +20,9 @@ from typing import Any
 import pytest
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from stack_fixtures import start_stack
-from stack_support import Client, invoke, publish_spec, run_document, workflow_named
-from test_e2e_local_backends import local_backend, process_of
-from test_e2e_spread import observed_record
+from stack_support import Client, LiveLoad, invoke, publish_spec, run_document, workflow_named
+from test_e2e_local_backends import local_backend, process_of, wait_until
+from test_e2e_spread import observed_record, route_endpoints
 
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
@@ -142,3 +143,64 @@ async def test_without_failover_a_lost_runner_is_reported_and_left_where_it_is(
     await client.wait_for(name, reported, timeout_s=60, what="reported RunnerFailed")
     await asyncio.sleep(3 * LOST_AFTER_S)
     assert await requested_sagas(client, name) == [f"default.{name}.1.1"]
+
+
+async def test_a_spread_runs_lost_copy_is_replaced_while_the_other_answers_every_call(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    name = "failover-spread"
+    for backend in ("east", "west", "burst"):
+        await client.apply(local_backend(backend))
+        await process_of(stack, backend)
+    publish_spec(registry, workflow_named(name))
+    document = failover_run(registry, name)
+    document["spec"]["placement"] = {
+        "backends": ["east", "west", "burst"],
+        "spread": 2,
+        "failover": True,
+    }
+    await client.apply(document)
+    body = await client.wait_phase(name, "Ready", timeout_s=120)
+    assert [(e["backend"], e["state"]) for e in body["status"]["placement"]] == [
+        ("east", "Serving"),
+        ("west", "Serving"),
+    ]
+    on_east = release_name("default", name, 1)
+    on_west = spread_release_name("default", name, 1, "west")
+    on_burst = spread_release_name("default", name, 1, "burst")
+    west_before = await observed_record(client, on_west)
+
+    def replaced(body: dict[str, Any] | None) -> bool:
+        status = (body or {}).get("status") or {}
+        assert status.get("phase") not in ("Progressing", "Paused", "Failed"), status
+        return status.get("phase") == "Ready" and status.get("sagaId") == f"default.{name}.1.2"
+
+    async with LiveLoad(body["status"]["endpoint"], revision="1.0.0-g1") as load:
+        await wait_until("calls before the loss", lambda: len(load.calls) >= 10)
+        await kill_runner(client, on_east)
+        body = await client.wait_for(name, replaced, timeout_s=120, what="replaced on burst")
+        after = len(load.calls)
+        await wait_until("calls after the replacement", lambda: len(load.calls) >= after + 50)
+
+    assert not load.failures, load.failures[:5]
+    assert body is not None
+    assert [(e["backend"], e["state"]) for e in body["status"]["placement"]] == [
+        ("burst", "Serving"),
+        ("east", "Lost"),
+        ("west", "Serving"),
+    ]
+    # west's copy served through it all: still desired, the same runner
+    assert await desired(client, on_west), "west's copy was retired with the lost one"
+    assert (await observed_record(client, on_west))["pid"] == west_before["pid"]
+    endpoints = await route_endpoints(client, name)
+    assert [(e["backend"], e["release"], e["serving"]) for e in endpoints] == [
+        ("west", on_west, True),
+        ("burst", on_burst, True),
+    ]
+    deadline = time.monotonic() + 30
+    while await desired(client, on_east):
+        assert time.monotonic() < deadline, f"{on_east} still desired 30s after the replacement"
+        await asyncio.sleep(0.2)
+    assert await desired(client, on_west) and await desired(client, on_burst)
+    sagas = await requested_sagas(client, name)
+    assert sagas == [f"default.{name}.1.1", f"default.{name}.1.2"]

@@ -46,30 +46,81 @@ def test_a_settled_run_lost_on_its_one_backend_is_replaced_there_named_lost() ->
     decided = replacement_of(projection(), snapshot(), LOST)
     assert isinstance(decided, Replacement)
     assert decided.replaces == SAGA
-    assert (decided.lost.backend, decided.lost.state) == ("east", "Lost")
-    assert decided.lost.reason == (
+    assert [(e.backend, e.state) for e in decided.lost] == [("east", "Lost")]
+    assert decided.lost[0].reason == (
         "RunnerFailed (stable 1.0.0-g1 is not serving): replaced on the next backend that fits"
     )
+    assert decided.kept == ()
+
+
+COPY_LOST = Serving(
+    ok=True,
+    reason="RunnerReady",
+    message="1.0.0-g1 at http://west; lost: east (RunnerFailed)",
+    since=None,
+    lost=(("east", "RunnerFailed"),),
+)
+
+
+def test_a_spread_runs_lost_copy_is_replaced_and_the_others_kept() -> None:
+    run = projection(serving=("east", "west"))
+    decided = replacement_of(run, snapshot(backends=["east", "west", "burst"], spread=2), COPY_LOST)
+    assert isinstance(decided, Replacement)
+    assert [(e.backend, e.state, e.reason) for e in decided.lost] == [
+        ("east", "Lost", "RunnerFailed: replaced on the next backend that fits")
+    ]
+    assert [(e.backend, e.state) for e in decided.kept] == [("west", "Serving")]
+
+
+def test_a_spread_run_with_every_copy_lost_replaces_them_all() -> None:
+    run = projection(serving=("east", "west"))
+    decided = replacement_of(run, snapshot(backends=["east", "west", "burst"], spread=2), LOST)
+    assert isinstance(decided, Replacement)
+    assert [e.backend for e in decided.lost] == ["east", "west"]
+    assert decided.kept == ()
+
+
+STARTING = Serving(ok=False, reason="RunnerStarting", message="", since=None)
+COPY_STARTING = Serving(
+    ok=True, reason="RunnerReady", message="", since=None, lost=(("east", "RunnerStarting"),)
+)
 
 
 @pytest.mark.parametrize(
-    ("run", "snap", "why"),
+    ("run", "snap", "serving", "why"),
     [
-        (None, snapshot(), "no projection"),
-        (projection(Phase.PROGRESSING, settled=False), snapshot(), "not a settled Ready"),
-        (projection(Phase.ROLLED_BACK), snapshot(), "not a settled Ready"),
-        (projection(), snapshot(generation=2), "newer generation"),
-        (projection(), snapshot(failover=False), "failover is off"),
-        (projection(), snapshot(spread=2), "other copies take"),
-        (projection(serving=()), snapshot(), "no single serving backend"),
-        (projection(serving=("east", "west")), snapshot(), "no single serving backend"),
-        (projection(), snapshot(backends=["east"]), "lists no other backend"),
+        (None, snapshot(), LOST, "no projection"),
+        (projection(Phase.PROGRESSING, settled=False), snapshot(), LOST, "not a settled Ready"),
+        (projection(Phase.ROLLED_BACK), snapshot(), LOST, "not a settled Ready"),
+        (projection(), snapshot(generation=2), LOST, "newer generation"),
+        (projection(), snapshot(failover=False), LOST, "failover is off"),
+        (projection(serving=()), snapshot(), LOST, "no copy in status.placement is lost"),
+        (projection(), snapshot(), STARTING, "no copy in status.placement is lost"),
+        (
+            projection(serving=("east", "west")),
+            snapshot(spread=2),
+            COPY_STARTING,
+            "no copy in status.placement is lost",
+        ),
+        (
+            projection(serving=("west",)),
+            snapshot(spread=2),
+            COPY_LOST,
+            "no copy in status.placement is lost",  # east is not where it serves
+        ),
+        (projection(), snapshot(backends=["east"]), LOST, "lists no other backend"),
+        (
+            projection(serving=("east", "west")),
+            snapshot(spread=2),
+            COPY_LOST,
+            "lists no other backend",
+        ),
     ],
 )
 def test_no_replacement_is_asked_for(
-    run: RunProjection | None, snap: RunSnapshot, why: str
+    run: RunProjection | None, snap: RunSnapshot, serving: Serving, why: str
 ) -> None:
-    decided = replacement_of(run, snap, LOST)
+    decided = replacement_of(run, snap, serving)
     assert isinstance(decided, str)
     assert why in decided
 
@@ -121,6 +172,16 @@ async def test_a_runner_back_before_lost_after_s_starts_the_count_again() -> Non
     clock[0] = 50.0
     await loop.check()
     assert loop.considered == []  # lost 25 s of the last 50, never 30 in a row
+
+
+async def test_a_spread_runs_copy_lost_for_lost_after_s_is_considered() -> None:
+    run = ("default", "wf")
+    clock = [0.0]
+    loop = CountingLoop({run: COPY_LOST}, clock)
+    await loop.check()
+    clock[0] = 30.0
+    await loop.check()
+    assert loop.considered == [run]
 
 
 async def test_a_runner_starting_again_is_not_lost() -> None:

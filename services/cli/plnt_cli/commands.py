@@ -17,7 +17,7 @@ from plnt_common.bus.replay import replay as replay_bus
 from plnt_common.errors import PlntError, ResourceNotFound, SpecInvalid
 from plnt_common.projection import RunProjection, run_key
 from plnt_common.resource_store import PLURALS, ResourceStore
-from plnt_common.resources import FAILOVER_NOT_ACTED_ON, Resource, WorkflowRun
+from plnt_common.resources import Resource
 from plnt_common.status import TERMINAL_PHASES, Phase
 
 KIND_ALIASES = {
@@ -72,20 +72,6 @@ async def apply(session: Session, resources: list[Resource]) -> list[str]:
         _, outcome = await session.store.apply(resource)
         lines.append(f"{resource.kind.lower()}.plnt.work/{resource.metadata.name} {outcome}")
     return lines
-
-
-def apply_warnings(resources: list[Resource]) -> list[str]:
-    """One line per applied setting plnt accepts but does not act on yet (kubectl-style
-    ``Warning:``), so it is never silently ignored."""
-    return [
-        f"Warning: workflowrun.plnt.work/{r.metadata.name}: spec.placement.failover: "
-        + FAILOVER_NOT_ACTED_ON
-        for r in resources
-        if isinstance(r, WorkflowRun)
-        and r.spec.placement is not None
-        and r.spec.placement.failover
-        and r.spec.placement.spread > 1
-    ]
 
 
 def check_fits_the_bus(resource: Resource, *, max_payload: int) -> None:

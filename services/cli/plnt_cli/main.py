@@ -226,9 +226,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "runner":
         return runner.run_check(args, say=say)
     if command in ("keygen", "publish"):
-        return publish.run(
-            args, say=say, tell=lambda line: print(line, file=sys.stderr, flush=True)
-        )
+        return publish.run(args, say=say, tell=tell)
     if command == "demo":
         from plnt_cli.demo import run_demo
 
@@ -249,8 +247,6 @@ async def dispatch_bus_command(args: argparse.Namespace) -> int:
         lines = await with_session(nats, lambda s: commands.apply(s, args.resources))
         for line in lines:
             say(line)
-        for warning in commands.apply_warnings(args.resources):
-            tell(warning)
     elif command == "get":
         say(
             await with_session(

@@ -228,7 +228,8 @@ class InstallerHandlers:
         if not driven:  # the saga fails naming the type (_choose_backend)
             return (data,), ()
         placement = data.run.spec.placement
-        spread = placement.spread if placement is not None else 1
+        # a replacement installs only the copies missing beside the ones that keep serving
+        spread = (placement.spread if placement is not None else 1) - len(data.kept())
         chosen: list[tuple[SpecPulled, PlacementEntry]] = []
         for choice in driven:
             narrowed = data.model_copy(
@@ -491,12 +492,14 @@ class InstallerHandlers:
         for backend, release in held:
             if release.saga_id == event.sagaid and release.role is not ReleaseRole.STABLE:
                 await backend.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
-        keep_s = await self._keep_previous_s(event)
+        pulled = await self._pulled(event)
+        keep_s = pulled.run.spec.rollback.keep_previous_s if pulled else 0.0
         retired, kept = logic.after_promotion(
             [release for _, release in held],
             promoted_saga=event.sagaid,
             previous_revision=data.previous_revision,
             keep=keep.remaining_s(event.time, keep_s) > 0,
+            replaced=pulled.lost() if pulled else (),
         )
         await self._retire(held, retired)
         if kept is None:
@@ -526,13 +529,10 @@ class InstallerHandlers:
             return
         await self._retire([(holder, kept)], [kept])
 
-    async def _keep_previous_s(self, event: Envelope) -> float:
-        """The saga's spec.rollback.keepPreviousFor; 0 once a newer saga's spec was pulled."""
+    async def _pulled(self, event: Envelope) -> SpecPulled | None:
+        """The saga's spec.pulled; None once a newer saga's spec was pulled."""
         pulled = await last_of_saga(self._bus, EventType.SPEC_PULLED, event)
-        if pulled is None:
-            return 0.0
-        data: SpecPulled = pulled.payload()
-        return data.run.spec.rollback.keep_previous_s
+        return None if pulled is None else pulled.payload()
 
     async def _retire(
         self, held: list[tuple[ReleaseBackend, DesiredRelease]], retired: list[DesiredRelease]

@@ -73,10 +73,19 @@ def retire_after_promotion(
 
 
 def after_promotion(
-    releases: list[DesiredRelease], *, promoted_saga: str, previous_revision: str, keep: bool
+    releases: list[DesiredRelease],
+    *,
+    promoted_saga: str,
+    previous_revision: str,
+    keep: bool,
+    replaced: tuple[str, ...] = (),
 ) -> tuple[list[DesiredRelease], DesiredRelease | None]:
-    """(what to retire now, the previous stable kept at 0 % for a rollback, if ``keep``)."""
+    """(what to retire now, the previous stable kept at 0 % for a rollback, if ``keep``).
+    A replacement (``replaced``: the backends whose copy was lost) retires only those
+    copies: the older saga's copies on other backends keep serving beside it."""
     older = retire_after_promotion(releases, promoted_saga=promoted_saga)
+    if replaced:
+        older = [r for r in older if r.backend_name in replaced]
     kept = next((r for r in older if keep and r.revision == previous_revision), None)
     return [r for r in older if r is not kept], kept
 

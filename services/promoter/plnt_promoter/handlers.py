@@ -203,9 +203,10 @@ class PromoterHandlers:
         plan = installed.payload().run.spec.canary if installed else Canary()
         verdict = logic.decide_on_pass(state, entry, event.sagaid)
         log.info("smoke.passed.decision", verdict=verdict.value)
-        if installed is not None and installed.payload().replacing():
+        lost = installed.payload().lost() if installed is not None else ()
+        if lost:
             # the revision was judged when it was promoted: no shadow, steps or gate again
-            await self._promote(event, data.canary, verdict, (entry, revision), replacing=True)
+            await self._promote(event, data.canary, verdict, (entry, revision), replacing=lost)
             return
         if verdict is logic.Verdict.PROMOTE and await self._shadow.start(
             event, data.canary, plan, entry
@@ -226,10 +227,11 @@ class PromoterHandlers:
         verdict: logic.Verdict,
         read: tuple[RouteEntry | None, int],
         *,
-        replacing: bool = False,
+        replacing: tuple[str, ...] = (),
     ) -> None:
         """Act on ``verdict``: all traffic to the canary and ``run.ready``, or restore.
-        A replacement keeps no previous revision: the one it replaces is the same."""
+        A replacement (``replacing``: the backends whose copy was lost) keeps the stable's
+        other copies serving and no previous revision: the one it replaces is the same."""
         if verdict is logic.Verdict.IGNORE:
             return
         if verdict is logic.Verdict.WAIT:
@@ -246,6 +248,8 @@ class PromoterHandlers:
                 if not logic.canary_is_routed(current, event.sagaid):
                     return None
                 assert current is not None
+                if replacing:
+                    return logic.replaced(current, endpoint, canary, replacing)
                 return logic.promoted(current, endpoint)
 
             after = await self._routes.update(

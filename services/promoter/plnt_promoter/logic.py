@@ -139,6 +139,28 @@ def promoted(entry: RouteEntry, endpoint: str) -> RouteEntry:
     )
 
 
+def replaced(
+    entry: RouteEntry, endpoint: str, canary: CanaryRef, lost: tuple[str, ...]
+) -> RouteEntry:
+    """A replacement's canary promoted: the stable's copies on the backends not ``lost``
+    keep serving beside the new ones, in one target."""
+    after = promoted(entry, endpoint)
+    survivors = [
+        e for e in (entry.stable.endpoints if entry.stable else []) if e.backend not in lost
+    ]
+    if not survivors or after.stable is None:
+        return after
+    new = after.stable.endpoints or [
+        BackendEndpoint(backend=canary.backend, url=canary.url, release=canary.release)
+    ]
+    endpoints = [*survivors, *new]
+    serving = [e for e in endpoints if e.serving]
+    stable = after.stable.model_copy(
+        update={"endpoints": endpoints, "url": (serving or endpoints)[0].url}
+    )
+    return after.model_copy(update={"stable": stable})
+
+
 def without_canary(
     entry: RouteEntry | None, *, namespace: str, name: str, saga_id: str
 ) -> RouteEntry:

@@ -90,7 +90,13 @@ class PullHandler:
         try:
             (raw, signature, stored, logins), backend = await reads
             pulled = await self._pull(
-                run, raw, signature, backend, stored=stored, logins=logins, lost=requested.lost
+                run,
+                raw,
+                signature,
+                backend,
+                stored=stored,
+                logins=logins,
+                standing=(*requested.lost, *requested.kept),
             )
         except Exception as exc:
             failure = logic.failure_for(exc, ref=run.spec.workflow.ref)
@@ -144,7 +150,7 @@ class PullHandler:
         *,
         stored: bool,
         logins: Logins | None = None,
-        lost: tuple[PlacementEntry, ...] = (),
+        standing: tuple[PlacementEntry, ...] = (),
     ) -> SpecPulled:
         """Check the signature (first: nothing of an untrusted spec is read), verify,
         validate, check the backend, then store unless ``stored``; raises ``PlntError``."""
@@ -153,7 +159,7 @@ class PullHandler:
         digest = logic.verify_integrity(raw=raw, pinned=ref.integrity_hash)
         workflow = logic.validate_spec(raw=raw, name=ref.name, version=ref.version)
         chosen, skipped = await self._choose_backend(
-            run, backend, workflow.spec.runtime.image, lost=lost
+            run, backend, workflow.spec.runtime.image, standing=standing
         )
         if workflow.spec.runtime.code is not None:
             await self._pull_code(run, workflow.spec.runtime.code, logins)
@@ -176,23 +182,24 @@ class PullHandler:
         first: PlntBackendSpec | None,
         image: str,
         *,
-        lost: tuple[PlacementEntry, ...] = (),
+        standing: tuple[PlacementEntry, ...] = (),
     ) -> tuple[list[BackendChoice], list[PlacementEntry]]:
         """Every candidate (spec.backend.cluster, or spec.placement.backends in order) that
         exists, offers the GPU class and allows the run, and each one passed over with its
-        one-line reason; a backend in ``lost`` (a replacement) is passed over as Lost. None
-        fits: the last refusal's error, naming every reason."""
+        one-line reason. A replacement passes over each backend of ``standing`` as it stands:
+        Lost, or Serving (a spread run's copy that keeps serving). None fits: the last
+        refusal's error, naming every reason."""
         named = run.spec.candidates
         candidates = named or await self._selected(run)
         gpu_class = run.spec.backend.gpu_class
         refusals: list[PlntError] = []
         skipped: list[PlacementEntry] = []
         chosen: list[BackendChoice] = []
-        lost_here = {entry.backend: entry for entry in lost}
+        standing_by_name = {entry.backend: entry for entry in standing}
         for index, name in enumerate(candidates):
-            if name in lost_here:
-                skipped.append(lost_here[name])
-                refusals.append(BackendUnavailable(f"{name!r} is lost ({lost_here[name].reason})"))
+            if name in standing_by_name:
+                skipped.append(standing_by_name[name])
+                refusals.append(BackendUnavailable(_held_by_replaced(standing_by_name[name])))
                 continue
             # the first named one was read beside the spec; selected ones are read now
             backend = first if named and index == 0 else await self.backends.get(name)
@@ -292,3 +299,9 @@ def _requested(event: Envelope) -> RunRequested:
     if not isinstance(payload, RunRequested):  # the consumer's filter makes this a bug
         raise TypeError(f"the puller handles run.requested, not {event.event_type.value}")
     return payload
+
+
+def _held_by_replaced(entry: PlacementEntry) -> str:
+    if entry.state == "Serving":
+        return f"{entry.backend!r} serves a copy already"
+    return f"{entry.backend!r} is lost ({entry.reason})"

@@ -1,16 +1,16 @@
 """Replacing a lost runner on the next backend that fits (``spec.placement.failover``).
 
-A run placed on one backend (``spread: 1``) whose stable runner the backend reports lost,
+A run whose backend reports its runner (or, with ``spread`` above 1, one copy) lost,
 ``RunnerFailed`` (the backend gave up restarting it) or ``NoReadyPods`` (no pod of the
 release is ready), for ``lost_after_s`` gets a new saga of the same generation. Its
-``run.requested`` names the lost backend (``lost``): the puller passes over it, the
-installer places the runner on the next backend with room, the smoke test checks it and
-the promoter promotes it at once (the revision was judged already). Promotion retires the
-lost copy; until then nothing is removed from the lost backend.
+``run.requested`` names the lost backends (``lost``) and the ones whose copy keeps
+serving (``kept``): the puller passes over both, the installer places the missing copies
+on the next backends with room, the smoke test checks them and the promoter promotes them
+at once beside the kept copies (the revision was judged already). Promotion retires the
+lost copies; until then nothing is removed from a lost backend.
 
 Only a settled run is replaced: Ready, no saga in flight. A replacement that fails ends
-the way any saga does and is not tried again for that generation; a spread run's lost
-copy is not replaced (the router sends its share to the other copies).
+the way any saga does and is not tried again for that saga.
 """
 
 import asyncio
@@ -43,23 +43,36 @@ CHECK_INTERVAL_S = 1.0
 
 @dataclass(frozen=True)
 class Replacement:
-    """A settled run to replace: its snapshot, the saga it replaces, the lost backend."""
+    """A settled run to replace: its snapshot, the saga it replaces, the backends whose
+    copy is lost and those whose copy keeps serving (a spread run's others)."""
 
     snapshot: RunSnapshot
     replaces: str
-    lost: PlacementEntry
+    lost: tuple[PlacementEntry, ...]
+    kept: tuple[PlacementEntry, ...] = ()
 
 
-def lost_backend(projection: RunProjection) -> str:
-    """The one backend the run serves from, when it serves from exactly one."""
-    serving = [e.backend for e in projection.status.placement if e.state == "Serving"]
-    return serving[0] if len(serving) == 1 else ""
+def is_lost(serving: Serving) -> bool:
+    """The route reports the run's runner, or one of its copies, lost for good."""
+    if not serving.ok:
+        return serving.reason in LOST_REASONS
+    return any(reason in LOST_REASONS for _, reason in serving.lost)
+
+
+def _lost_reasons(serving: Serving, placed: list[str]) -> dict[str, str]:
+    """Backend -> the reason its copy is lost: every one when none serves."""
+    if not serving.ok:
+        if serving.reason not in LOST_REASONS:
+            return {}
+        detail = f" ({serving.message})" if serving.message else ""
+        return dict.fromkeys(placed, f"{serving.reason}{detail}")
+    return {b: r for b, r in serving.lost if r in LOST_REASONS and b in placed}
 
 
 def replacement_of(
     projection: RunProjection | None, snapshot: RunSnapshot | None, serving: Serving
 ) -> Replacement | str:
-    """What to request for a run whose stable is down as ``serving`` says, or why nothing."""
+    """What to request for a run whose runner is down as ``serving`` says, or why nothing."""
     if projection is None or snapshot is None:
         return "no projection of the run yet"
     if projection.saga_active or projection.status.phase is not Phase.READY:
@@ -69,20 +82,29 @@ def replacement_of(
     placement = snapshot.spec.placement
     if placement is None or not placement.failover:
         return "spec.placement.failover is off"
-    if placement.spread != 1:
-        return "a spread run's other copies take the lost one's calls"
-    backend = lost_backend(projection)
-    if not backend:
-        return "no single serving backend in status.placement"
-    if placement.backends is not None and placement.backends == (backend,):
+    placed = [e.backend for e in projection.status.placement if e.state == "Serving"]
+    lost = _lost_reasons(serving, placed)
+    if not lost:
+        return "no copy in status.placement is lost for good"
+    if placement.backends is not None and set(placement.backends) <= set(placed):
         return "spec.placement lists no other backend"
-    detail = f" ({serving.message})" if serving.message else ""
-    lost = PlacementEntry(
-        backend=backend,
-        state="Lost",
-        reason=f"{serving.reason}{detail}: replaced on the next backend that fits",
+    return Replacement(
+        snapshot=snapshot,
+        replaces=projection.saga_id,
+        lost=tuple(
+            PlacementEntry(
+                backend=backend,
+                state="Lost",
+                reason=f"{reason}: replaced on the next backend that fits",
+            )
+            for backend, reason in lost.items()
+        ),
+        kept=tuple(
+            PlacementEntry(backend=backend, state="Serving")
+            for backend in placed
+            if backend not in lost
+        ),
     )
-    return Replacement(snapshot=snapshot, replaces=projection.saga_id, lost=lost)
 
 
 class ReplacementLoop:
@@ -119,11 +141,7 @@ class ReplacementLoop:
 
     async def check(self) -> None:
         now = self._clock()
-        lost = {
-            run: serving
-            for run, serving in self._serving().items()
-            if not serving.ok and serving.reason in LOST_REASONS
-        }
+        lost = {run: serving for run, serving in self._serving().items() if is_lost(serving)}
         for run in set(self._lost_since) - set(lost):
             del self._lost_since[run]
         for run, serving in sorted(lost.items()):
@@ -162,7 +180,7 @@ class ReplacementLoop:
             return
         event = new_event(
             EventType.RUN_REQUESTED,
-            RunRequested(run=snapshot, lost=(replacement.lost,)),
+            RunRequested(run=snapshot, lost=replacement.lost, kept=replacement.kept),
             namespace=namespace,
             name=name,
             sagaid=sagaid,
@@ -174,6 +192,6 @@ class ReplacementLoop:
             log.warning(
                 "saga.replacement_requested",
                 sagaid=sagaid,
-                lost=replacement.lost.backend,
-                reason=replacement.lost.reason,
+                lost=[entry.backend for entry in replacement.lost],
+                reasons=[entry.reason for entry in replacement.lost],
             )
