@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from plnt_common.canary_walk import step_label, total_steps
 from plnt_common.errors import SpecInvalid, UnknownEventType
 from plnt_common.golden import GoldenResult
 from plnt_common.resources import (
@@ -264,10 +265,35 @@ class SmokeVerdict(_Data):
     figures: SmokeFigures
 
 
-class CanaryStepped(_Data):
+WALK_DESCRIPTION = (
+    "The backends the steps walk in order, one canary at a time (spec.placement.spread "
+    "above 1 replacing a stable): plan.steps on the first backend's copy, then on the "
+    "next's. Empty: every copy takes the canary's share at once."
+)
+STEP_DESCRIPTION = "1-based position in plan.steps, counted across the walk's backends."
+BACKEND_DESCRIPTION = (
+    "The backend whose copy takes the canary's share at this step; empty without a walk."
+)
+
+
+class _WalkStep(_Data):
+    """A step of a stepped canary, numbered across the walk (``canary_walk``)."""
+
     canary: CanaryRef
     plan: Canary = Field(description="The run's spec.canary: the steps, their interval, budgets.")
-    step: int = Field(ge=1, description="1-based position in plan.steps.", examples=[2])
+    step: int = Field(ge=1, description=STEP_DESCRIPTION, examples=[2])
+    walk: tuple[str, ...] = Field(default=(), description=WALK_DESCRIPTION)
+    backend: str = Field(default="", description=BACKEND_DESCRIPTION)
+
+    def label(self) -> str:
+        return step_label(self.plan.steps, self.walk, self.step)
+
+    def last(self) -> bool:
+        """The walk's last step: its pass promotes (or waits at the gate)."""
+        return self.step >= total_steps(self.plan.steps, self.walk)
+
+
+class CanaryStepped(_WalkStep):
     traffic_percent: int = Field(ge=0, le=100, description="The weight this step holds.")
     hold_s: float = Field(
         gt=0, description="Longest the step may be held: its interval plus the traffic wait."
@@ -293,10 +319,7 @@ class ShadowJudged(_Data):
     )
 
 
-class AnalysisVerdict(_Data):
-    canary: CanaryRef
-    plan: Canary
-    step: int = Field(ge=1, description="1-based position in plan.steps.")
+class AnalysisVerdict(_WalkStep):
     traffic_percent: int = Field(ge=0, le=100)
     figures: AnalysisStatus = Field(description="Both revisions' figures and the verdict.")
 

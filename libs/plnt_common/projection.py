@@ -500,13 +500,9 @@ def gate_message(name: str) -> str:
     return f"waiting at the manual gate: plnt promote {name}"
 
 
-def _step_label(step: int, steps: tuple[int, ...]) -> str:
-    return f"{step}/{len(steps)}"
-
-
 def _stepped(current: _Draft, event: Envelope) -> dict[str, object]:
     data: CanaryStepped = event.payload()
-    label = _step_label(data.step, data.plan.steps)
+    label = data.label()
     status = {
         "phase": Phase.PROGRESSING,
         "canary": CanaryStatus(
@@ -520,8 +516,8 @@ def _stepped(current: _Draft, event: Envelope) -> dict[str, object]:
 
 def _analysis_passed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: AnalysisVerdict = event.payload()
-    last = data.step >= len(data.plan.steps)
-    label = _step_label(data.step, data.plan.steps)
+    last = data.last()
+    label = data.label()
     message = f"step {label} passed: {data.figures.reason}"
     phase = Phase.PROMOTING if last else Phase.PROGRESSING
     if last and data.plan.manual_gate:  # the canary keeps the last step's weight meanwhile
@@ -531,7 +527,7 @@ def _analysis_passed(current: _Draft, event: Envelope) -> dict[str, object]:
 
 def _analysis_failed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: AnalysisVerdict = event.payload()
-    label = _step_label(data.step, data.plan.steps)
+    label = data.label()
     return {
         "status": {
             "phase": Phase.ROLLING_BACK,

@@ -11,15 +11,20 @@ import json
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from canary_load import Load
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from stack_support import Client, LiveLoad, publish_spec, run_document, workflow_named
+from test_e2e_canary_steps import stepped
 from test_e2e_local_backends import local_backend, parent_of, process_of, wait_until
 
 from plnt_cli.supervisor import Supervisor
+from plnt_common.events import EventType
 from plnt_common.releases import release_name, spread_release_name
+from plnt_common.tasks import cancelled
 
 RUN = "spread"
 
@@ -124,3 +129,76 @@ async def test_a_new_generation_of_a_spread_run_replaces_its_copy_on_every_backe
         await asyncio.sleep(0.2)
     endpoints = await route_endpoints(client, name)
     assert [(e["backend"], e["serving"]) for e in endpoints] == [("east", True), ("west", True)]
+
+
+@contextlib.asynccontextmanager
+async def canary_routes(client: Client, name: str) -> AsyncIterator[list[tuple[str, int]]]:
+    """Every change of the route's (canary release, weight) while the block runs."""
+    seen: list[tuple[str, int]] = []
+
+    async def poll() -> None:
+        while True:
+            with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
+                entry = await client.bus.routes.get(f"default.{name}")
+                route = json.loads(entry.value or b"{}")
+                canary = route.get("canary") or {}
+                now = (canary.get("release", ""), route.get("canary_weight", 0))
+                if not seen or seen[-1] != now:
+                    seen.append(now)
+            await asyncio.sleep(0.02)
+
+    task = asyncio.create_task(poll())
+    try:
+        yield seen
+    finally:
+        await cancelled(task)  # its reads are NATS requests: see cancelled()
+
+
+async def test_a_new_revision_walks_the_backends_one_canary_at_a_time(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    name = "spread-walk"
+    for backend in ("east", "west"):
+        await client.apply(local_backend(backend))
+    await process_of(stack, "east")
+    await process_of(stack, "west")
+    publish_spec(registry, workflow_named(name))
+    publish_spec(registry, workflow_named(name, "2.0.0"))
+    document = spread_run(registry, name)
+    await client.apply(document)
+    body = await client.wait_phase(name, "Ready", timeout_s=120)
+
+    walked = stepped(document, [50], "3s", minInvocations=10)
+    load = Load(body["status"]["endpoint"], concurrency=4)
+    async with load.running(), canary_routes(client, name) as routes:
+        await client.apply(walked)
+        body = await client.wait_phase(name, "Ready", generation=2, timeout_s=120)
+
+    on_east = release_name("default", name, 2)
+    on_west = spread_release_name("default", name, 2, "west")
+    # one copy took the canary's share at a time: east's (trafficPercent through its smoke
+    # test, then its step), then west's
+    assert [r for r in routes if r[1] > 0] == [(on_east, 10), (on_east, 50), (on_west, 50)]
+    events = [e for e in await client.events(name) if e.sagaid == f"default.{name}.2.1"]
+    walk = [
+        (e.event_type, e.data["step"], e.data["backend"])
+        for e in events
+        if e.event_type in (EventType.CANARY_STEPPED, EventType.ANALYSIS_PASSED)
+    ]
+    assert walk == [
+        (EventType.CANARY_STEPPED, 1, "east"),
+        (EventType.ANALYSIS_PASSED, 1, "east"),
+        (EventType.CANARY_STEPPED, 2, "west"),
+        (EventType.ANALYSIS_PASSED, 2, "west"),
+    ]
+    status = body["status"]
+    assert (status["revision"], status["analysis"]["step"]) == ("2.0.0-g2", "2/2 on west")
+    assert status["analysis"]["canary"]["invocations"] >= 10
+    served = [c for c in load.calls if c.status == 200]
+    assert len(served) == len(load.calls), f"{len(load.calls) - len(served)} calls failed"
+    # promoted: both copies serve the new revision
+    endpoints = await route_endpoints(client, name)
+    assert [(e["backend"], e["release"], e["serving"]) for e in endpoints] == [
+        ("east", on_east, True),
+        ("west", on_west, True),
+    ]

@@ -140,4 +140,4 @@ class OperatorControl:
         if not plan.steps:
             return await last_of_saga(self._bus, EventType.SMOKE_PASSED, event) is not None
         passed = await last_of_saga(self._bus, EventType.ANALYSIS_PASSED, event)
-        return passed is not None and passed.payload().step >= len(plan.steps)
+        return passed is not None and passed.payload().last()

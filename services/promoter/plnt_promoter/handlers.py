@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 
-from plnt_common import faults
+from plnt_common import canary_walk, faults
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
@@ -97,7 +97,7 @@ class PromoterHandlers:
                 await self._on_step_passed(event)
             case EventType.ANALYSIS_FAILED:
                 failed: AnalysisVerdict = event.payload()
-                step = f"{failed.step}/{len(failed.plan.steps)}"
+                step = failed.label()
                 await self._restore(
                     event,
                     failed.canary.revision,
@@ -166,11 +166,17 @@ class PromoterHandlers:
         if state is not SagaState.CURRENT:
             log.info("canary.not_routed", reason="saga superseded or ended")
             return
-        canary = logic.target(data.canary, event.sagaid)
+        plan = data.run.spec.canary
+        walk = logic.walk_of(data.canary, plan.steps, route[0])
+        # a walk routes one copy at a time, from the first backend
+        canary = (
+            logic.copy_target(data.canary, event.sagaid, walk[0])
+            if walk
+            else logic.target(data.canary, event.sagaid)
+        )
         # a superseded saga's restore rewrites the route: the update reads it again
         read = None if await self._control.supersede_waiting(event, route) else route
 
-        plan = data.run.spec.canary
         # A shadowed canary takes no live call before its shadow phase passes, the smoke
         # test included: it answers only its own smoke calls and the mirrored ones. A
         # replacement takes none before its smoke test promotes it.
@@ -213,7 +219,8 @@ class PromoterHandlers:
         ):
             return
         if verdict is logic.Verdict.PROMOTE and logic.steps_apply(plan.steps, entry):
-            await self._step_to(event, data.canary, plan, step=1)
+            walk = logic.walk_of(data.canary, plan.steps, entry)
+            await self._step_to(event, data.canary, plan, step=1, walk=walk)
             return
         if verdict is logic.Verdict.PROMOTE and gated(plan) and not plan.steps:
             log.info("canary.paused", reason="manual gate")
@@ -250,7 +257,8 @@ class PromoterHandlers:
                 assert current is not None
                 if replacing:
                     return logic.replaced(current, endpoint, canary, replacing)
-                return logic.promoted(current, endpoint)
+                every_copy = logic.with_every_copy(current, canary, event.sagaid)
+                return logic.promoted(every_copy, endpoint)
 
             after = await self._routes.update(
                 namespace=event.namespace, name=event.name, change=promote, read=read
@@ -282,16 +290,25 @@ class PromoterHandlers:
         plan: Canary,
         *,
         step: int,
+        walk: tuple[str, ...] = (),
     ) -> None:
-        """Route the canary at step ``step``'s weight and publish ``canary.stepped``."""
-        weight = plan.steps[step - 1]
-        entry = await self._routes.update(
-            namespace=event.namespace,
-            name=event.name,
-            change=lambda current: logic.at_step_weight(
-                current, saga_id=event.sagaid, weight=weight
-            ),
-        )
+        """Route the canary at step ``step``'s weight (on the step's backend's copy, when
+        walking ``walk``) and publish ``canary.stepped``."""
+        weight = canary_walk.step_weight(plan.steps, step)
+        backend = canary_walk.step_backend(plan.steps, walk, step)
+
+        def change(current: RouteEntry | None) -> RouteEntry | None:
+            if not walk:
+                return logic.at_step_weight(current, saga_id=event.sagaid, weight=weight)
+            return logic.walked_to(
+                current,
+                saga_id=event.sagaid,
+                copy=logic.copy_target(canary, event.sagaid, backend),
+                weight=weight,
+                walk=[logic.copy_target(canary, event.sagaid, b).release for b in walk],
+            )
+
+        entry = await self._routes.update(namespace=event.namespace, name=event.name, change=change)
         if not logic.canary_is_routed(entry, event.sagaid):
             log.info("canary.not_stepped", reason="the canary is out of the route")
             return
@@ -301,17 +318,19 @@ class PromoterHandlers:
             step=step,
             traffic_percent=weight,
             hold_s=analysis.hold_s(plan.step_interval_s),
+            walk=walk,
+            backend=backend,
         )
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         await self._bus.publish(
             follow_up(event, EventType.CANARY_STEPPED, stepped, source=SERVICE), step=str(step)
         )
-        log.info("canary.stepped", step=f"{step}/{len(plan.steps)}", weight=weight)
+        log.info("canary.stepped", step=stepped.label(), weight=weight)
 
     async def _hold_step(self, event: Envelope, delivery: Delivery) -> None:
         """One check of a held step: answer it, or defer it to the next check."""
         data: CanaryStepped = event.payload()
-        label = f"{data.step}/{len(data.plan.steps)}"
+        label = data.label()
         wait = held_window.step_wait(data.step)
         (state, (entry, _)), (stored, revision) = await asyncio.gather(
             self._observe(event), held_window.load(self._bus, event.sagaid, wait)
@@ -360,6 +379,8 @@ class PromoterHandlers:
             step=data.step,
             traffic_percent=data.traffic_percent,
             figures=judgement.figures,
+            walk=data.walk,
+            backend=data.backend,
         )
         kind = EventType.ANALYSIS_PASSED if passed else EventType.ANALYSIS_FAILED
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
@@ -394,8 +415,8 @@ class PromoterHandlers:
         if state is not SagaState.CURRENT:
             await self._supersede(event, data.canary)
             return
-        if data.step < len(data.plan.steps):
-            await self._step_to(event, data.canary, data.plan, step=data.step + 1)
+        if not data.last():
+            await self._step_to(event, data.canary, data.plan, step=data.step + 1, walk=data.walk)
             return
         verdict = logic.decide_on_pass(state, entry, event.sagaid)
         if verdict is logic.Verdict.WAIT:

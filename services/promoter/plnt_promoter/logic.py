@@ -49,6 +49,50 @@ def target(canary: CanaryRef, saga_id: str) -> RouteTarget:
     )
 
 
+def walk_of(canary: CanaryRef, steps: tuple[int, ...], entry: RouteEntry | None) -> tuple[str, ...]:
+    """The backends a stepped canary on several of them walks, in order; () when its
+    copies take the canary's share at once (one backend, no steps, no stable to judge
+    beside: see ``canary_walk``)."""
+    if not canary.spread or not steps_apply(steps, entry):
+        return ()
+    return (canary.backend, *(copy.backend for copy in canary.spread))
+
+
+def copy_target(canary: CanaryRef, saga_id: str, backend: str) -> RouteTarget:
+    """The route target of the canary's copy on ``backend`` alone."""
+    copies = [(canary.backend, canary.url, canary.release)]
+    copies += [(c.backend, c.url, c.release) for c in canary.spread]
+    for on, url, release in copies:
+        if on == backend:
+            return RouteTarget(revision=canary.revision, url=url, saga_id=saga_id, release=release)
+    raise ValueError(f"the canary has no copy on {backend!r}")
+
+
+def walked_to(
+    entry: RouteEntry | None, *, saga_id: str, copy: RouteTarget, weight: int, walk: list[str]
+) -> RouteEntry | None:
+    """The route with this saga's canary on ``copy`` at ``weight``; None (no write) when it
+    is not this saga's, or is further on the walk already (a redelivered earlier step).
+    ``walk``: the copies' releases in walk order. On the same copy weights only rise."""
+    if entry is None or entry.canary is None or entry.canary.saga_id != saga_id:
+        return None
+    if entry.stable is None:
+        return None
+    at, to = walk.index(entry.canary.release), walk.index(copy.release)
+    if to < at or (to == at and entry.canary_weight >= weight):
+        return None
+    return entry.model_copy(
+        update={"canary": copy if to > at else entry.canary, "canary_weight": weight}
+    )
+
+
+def with_every_copy(entry: RouteEntry, canary: CanaryRef, saga_id: str) -> RouteEntry:
+    """The route with the canary's target listing every copy again (a walk routed one)."""
+    if not canary.spread or entry.canary is None or entry.canary.endpoints:
+        return entry
+    return entry.model_copy(update={"canary": target(canary, saga_id)})
+
+
 def with_canary(
     entry: RouteEntry | None,
     *,
