@@ -3,9 +3,11 @@
 A run spread over several backends (``spec.placement.spread``) that replaces a stable
 revision walks ``spec.canary.steps`` on its first backend's copy, then again on the next
 backend's, each copy judged on the calls it alone takes (only the walked copy takes the
-canary's share). Steps are numbered across the walk, so every step of a saga has its own
-number: with steps ``[10, 50]`` over ``east, west``, step 3 is 10 % on west. An empty
-walk is the plain stepped canary: every copy takes the share at once.
+canary's share). Each copy is installed and smoke-tested when the walk reaches its
+backend (``CanaryRef.walk``; the installer's ``_install_next``). Steps are numbered
+across the walk, so every step of a saga has its own number: with steps ``[10, 50]``
+over ``east, west``, step 3 is 10 % on west. An empty walk is the plain stepped canary:
+every copy takes the share at once.
 """
 
 from collections.abc import Sequence

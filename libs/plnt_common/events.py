@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from plnt_common.canary_walk import step_label, total_steps
+from plnt_common.canary_walk import step_backend, step_label, total_steps
 from plnt_common.errors import SpecInvalid, UnknownEventType
 from plnt_common.golden import GoldenResult
 from plnt_common.resources import (
@@ -141,8 +141,24 @@ class CanaryRef(_Data):
     spread: tuple[SpreadRelease, ...] = Field(
         default=(),
         description="The same canary on each further backend of spec.placement.spread, in "
-        "order; the router splits the revision's calls across all of them.",
+        "order; the router splits the revision's calls across all of them. A walk lists "
+        "the copies installed so far.",
     )
+    walk: tuple[str, ...] = Field(
+        default=(),
+        description="The backends a walked rollout covers, in order (spec.placement.spread "
+        "above 1 replacing a stable, with canary steps): each copy is installed, smoke-tested "
+        "and stepped when the walk reaches its backend. Empty: every copy at once.",
+    )
+
+    def copies(self) -> tuple[str, ...]:
+        """The backends with a copy installed, in order."""
+        return (self.backend, *(copy.backend for copy in self.spread))
+
+    def waiting(self) -> tuple[str, ...]:
+        """The walk's backends whose copy is not installed yet, in order."""
+        installed = self.copies()
+        return tuple(backend for backend in self.walk if backend not in installed)
 
 
 class SmokeFigures(_Data):
@@ -251,6 +267,10 @@ class CanaryInstalled(_Data):
         """The backends whose copy a replacement replaces."""
         return tuple(entry.backend for entry in self.placement if entry.state == "Lost")
 
+    def continues_walk(self) -> bool:
+        """A walk's later copy, installed once the previous backend's steps passed."""
+        return bool(self.canary.walk) and self.backend != self.canary.walk[0]
+
 
 class InstallFailed(_Data):
     reason: Reason
@@ -263,6 +283,15 @@ class InstallFailed(_Data):
 class SmokeVerdict(_Data):
     canary: CanaryRef
     figures: SmokeFigures
+    backend: str = Field(
+        default="",
+        description="The copy tested when a walk installs its copies one at a time (its "
+        "PlntBackend); empty: every copy of the canary.",
+    )
+
+    def continues_walk(self) -> bool:
+        """The smoke test of a walk's later copy: its pass resumes the steps there."""
+        return bool(self.canary.walk) and self.backend not in ("", self.canary.walk[0])
 
 
 WALK_DESCRIPTION = (
@@ -291,6 +320,14 @@ class _WalkStep(_Data):
     def last(self) -> bool:
         """The walk's last step: its pass promotes (or waits at the gate)."""
         return self.step >= total_steps(self.plan.steps, self.walk)
+
+    def next_to_install(self) -> str:
+        """The backend whose copy the walk installs once this step passes: the next
+        step's, when that copy is not installed yet; "" otherwise."""
+        if self.last():
+            return ""
+        following = step_backend(self.plan.steps, self.walk, self.step + 1)
+        return following if following in self.canary.waiting() else ""
 
 
 class CanaryStepped(_WalkStep):

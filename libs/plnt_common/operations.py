@@ -69,6 +69,17 @@ def refusal(
         phase = Phase.DELETING
     match operation:
         case Operation.PROMOTE:
+            walking = (
+                [e.backend for e in projection.status.placement if e.awaits_walk()]
+                if projection
+                else []
+            )
+            if full and walking:
+                return (
+                    f"{run} is walking its backends: {', '.join(walking)} still to install, "
+                    "smoke-test and step; --full skips the remaining steps once every copy "
+                    "is installed (plnt abort rolls the canary back now)"
+                )
             if phase == Phase.PAUSED or (phase in SKIPPABLE and full):
                 return ""
             hint = " (--full skips the remaining steps)" if phase in SKIPPABLE else ""

@@ -48,7 +48,7 @@ STEP_RANK: dict[EventType, int] = {
     EventType.CANARY_INSTALLED: 3,
     EventType.SMOKE_PASSED: 4,
     EventType.SMOKE_FAILED: 4,
-    EventType.INSTALL_FAILED: 4,
+    EventType.INSTALL_FAILED: 6,  # a walk's later copy fails after steps passed
     EventType.SHADOW_STARTED: 5,
     EventType.SHADOW_CHECKED: 5,
     EventType.SHADOW_PASSED: 5,
@@ -69,12 +69,26 @@ STEP_RANK: dict[EventType, int] = {
     EventType.RUN_REVERTED: 9,
 }
 """Order of steps within a saga: an event ranked below what was seen is stale."""
+WALK_RANK: dict[EventType, int] = {
+    EventType.CANARY_INSTALLED: STEP_RANK[EventType.CANARY_STEPPED],
+    EventType.SMOKE_PASSED: STEP_RANK[EventType.ANALYSIS_PASSED],
+    EventType.SMOKE_FAILED: STEP_RANK[EventType.ANALYSIS_FAILED],
+}
+"""A walk's later copy is installed and smoke-tested among the steps (``canary_walk``)."""
 TERMINAL_RANK = STEP_RANK[EventType.RUN_READY]
 _NO_CANARY = CanaryStatus()
 _NO_SMOKE = SmokeStatus()
 _NO_ANALYSIS = AnalysisStatus()
 OPENING_EVENTS = frozenset({EventType.RUN_REQUESTED, EventType.RUN_DELETED})
 """Only these may open a projection: anything else for an unknown run is stale."""
+
+
+def _rank(event: Envelope) -> int:
+    if event.event_type in WALK_RANK:
+        data: CanaryInstalled | SmokeVerdict = event.payload()
+        if data.continues_walk():
+            return WALK_RANK[event.event_type]
+    return STEP_RANK[event.event_type]
 
 
 def saga_order(sagaid: str) -> tuple[int, int]:
@@ -113,6 +127,11 @@ class RunProjection(BaseModel):
     previous_placement: tuple[PlacementEntry, ...] = Field(
         default=(),
         description="status.placement before the last promotion: what a revert restores.",
+    )
+    serving_before_saga: tuple[PlacementEntry, ...] = Field(
+        default=(),
+        description="Where the run served when the current saga began: its promotion "
+        "makes this the previous placement, whatever order its events are folded in.",
     )
     step_hold_s: float = Field(
         default=0.0,
@@ -253,7 +272,7 @@ class _Draft:
     def apply(self, event: Envelope, *, traceparent: str = "") -> bool:
         """Fold ``event`` in; False when it changes nothing (an older saga, a second end)."""
         event_type = event.event_type
-        rank = STEP_RANK[event_type]
+        rank = _rank(event)
         sagaid = event.sagaid
         stamp = (rank, event.time.isoformat())
         stamps = self.stamps
@@ -305,6 +324,7 @@ class _Draft:
             update={
                 **self.status_updates,
                 **self._at_gate(),
+                **self._promoted(),
                 "conditions": self._built_conditions(),
             }
         )
@@ -329,7 +349,19 @@ class _Draft:
             return {}
         return {"phase": Phase.PAUSED, "message": gate_message(self.origin.name)}
 
+    def _promoted(self) -> dict[str, object]:
+        """A saga ended Ready serves where its canary was installed.
+
+        run.ready does not carry the placement, and a canary.installed (a walk's later
+        copy's) may be folded after it: derived here, once both are."""
+        phase = self.status_updates.get("phase", self.origin.status.phase)
+        if phase != Phase.READY or self.rank != TERMINAL_RANK:
+            return {}
+        return _promoted_placement_status(self)
+
     def _start_saga(self, event: Envelope) -> None:
+        # a batch fold (replay) builds once: what the ended saga derives is kept first
+        self.status_updates.update(self._promoted())
         self.saga_id = event.sagaid
         self.rank = 0  # pragma: no mutate  (every event ranks 1 or more)
         self.stamps = {}
@@ -340,6 +372,7 @@ class _Draft:
             generation=event.generation,
             gate_after_smoke=False,
             saga_traceparent="",
+            serving_before_saga=_serving(self.placement),
         )
         self.status_updates.update(
             canary=_NO_CANARY,
@@ -442,15 +475,21 @@ def _placed(current: _Draft, entries: tuple[PlacementEntry, ...]) -> dict[str, o
 def _installed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: CanaryInstalled = event.payload()
     percent = data.run.spec.canary.traffic_percent
-    conditions = [(ConditionType.CANARY_INSTALLED, True, Reason.SUCCEEDED, data.canary.url)]
+    # a walk's later copy leaves the condition as its first copy set it: True since then
+    conditions = (
+        []
+        if data.continues_walk()
+        else [(ConditionType.CANARY_INSTALLED, True, Reason.SUCCEEDED, data.canary.url)]
+    )
     plan = data.run.spec.canary
+    on = f" on {data.backend}" if data.canary.walk else ""
     return {
         "gate_after_smoke": plan.manual_gate and not plan.steps,
         "status": {
             "phase": Phase.SMOKING,
             "canary": CanaryStatus(revision=data.canary.revision, traffic_percent=percent),
             "conditions": conditions,
-            "message": f"smoke-testing canary {data.canary.revision}",
+            "message": f"smoke-testing canary {data.canary.revision}{on}",
             **_placed(current, data.placement),
         },
     }
@@ -472,12 +511,16 @@ def _smoke_status(data: SmokeVerdict) -> SmokeStatus:
 def _smoke_passed(current: _Draft, event: Envelope) -> dict[str, object]:
     data: SmokeVerdict = event.payload()
     conditions = [(ConditionType.SMOKE_PASSED, True, Reason.SUCCEEDED, data.figures.reason)]
+    phase, message = Phase.PROMOTING, f"promoting {data.canary.revision}"
+    if data.continues_walk():  # the steps resume on this copy; the condition stays the first's
+        phase, message = Phase.PROGRESSING, f"smoke test passed on {data.backend}"
+        conditions = []
     return {
         "status": {
-            "phase": Phase.PROMOTING,
+            "phase": phase,
             "smoke": _smoke_status(data),
             "conditions": conditions,
-            "message": f"promoting {data.canary.revision}",
+            "message": message,
         }
     }
 
@@ -520,6 +563,9 @@ def _analysis_passed(current: _Draft, event: Envelope) -> dict[str, object]:
     label = data.label()
     message = f"step {label} passed: {data.figures.reason}"
     phase = Phase.PROMOTING if last else Phase.PROGRESSING
+    if waiting := data.next_to_install():
+        phase = Phase.INSTALLING
+        message += f"; installing canary {data.canary.revision} on {waiting}"
     if last and data.plan.manual_gate:  # the canary keeps the last step's weight meanwhile
         phase, message = Phase.PAUSED, gate_message(event.name)
     return {"status": {"phase": phase, "analysis": data.figures, "message": message}}
@@ -625,16 +671,14 @@ def _ready(current: _Draft, event: Envelope) -> dict[str, object]:
             "canary": _NO_CANARY,
             "conditions": conditions,
             "message": f"serving {data.revision}",
-            **_promoted_placement_status(current),
         },
     }
 
 
 def _promoted_placement(current: _Draft) -> dict[str, object]:
-    """The placement a later revert restores: where the run served before this promotion."""
-    if not any(entry.state == "Installing" for entry in current.placement):
-        return {}
-    return {"previous_placement": _serving(current.placement)}
+    """The placement a later revert restores: where the run served before this saga."""
+    before = current.updates.get("serving_before_saga", current.origin.serving_before_saga)
+    return {"previous_placement": before}
 
 
 def _promoted_placement_status(current: _Draft) -> dict[str, object]:
@@ -647,7 +691,9 @@ def _promoted_placement_status(current: _Draft) -> dict[str, object]:
     replacing = any(entry.state == "Lost" for entry in placement)
     return {
         "placement": tuple(
-            entry.model_copy(update={"state": "Serving"}) if entry.state == "Installing" else entry
+            entry.model_copy(update={"state": "Serving", "reason": ""})
+            if entry.state == "Installing"
+            else entry
             for entry in placement
             if replacing or entry.state != "Serving"
         )
@@ -656,10 +702,8 @@ def _promoted_placement_status(current: _Draft) -> dict[str, object]:
 
 def _without_canary(current: _Draft) -> dict[str, object]:
     """The canary is gone (rolled back, failed): the run serves where it served."""
-    placement = current.placement
-    if all(entry.state == "Serving" for entry in placement):
-        return {}
-    return {"placement": _serving(placement)}
+    # set even when unchanged: its stamp keeps a late canary.installed's entries out
+    return {"placement": _serving(current.placement)}
 
 
 def _rolled_back(current: _Draft, event: Envelope) -> dict[str, object]:

@@ -666,6 +666,11 @@ class PlacementEntry(_Observed):
     reason: str = ""
     replicas: int = 0
 
+    def awaits_walk(self) -> bool:
+        """A walk's later backend: its copy is installed when the walk reaches it (the
+        reason says when); an Installing entry being installed has no reason."""
+        return self.state == "Installing" and bool(self.reason)
+
 
 class WorkflowRunStatus(_Observed):
     phase: Phase = Phase.PENDING

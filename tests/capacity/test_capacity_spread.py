@@ -31,6 +31,7 @@ from plnt_common.events import (
     Envelope,
     EventType,
     InstallFailed,
+    RouteRestored,
     SpecPulled,
     follow_up,
     new_event,
@@ -138,20 +139,42 @@ async def test_a_failed_saga_removes_its_canary_from_every_backend(
     await handlers.handle(event, cast(Delivery, Handed()))
     assert len(await installed_releases(bus)) == 2
 
-    failed = InstallFailed(
-        reason=Reason.INSTALL_FAILED,
-        message="the smoke test failed",
+    restored = RouteRestored(
         revision="1.2.0-g1",
         release="default-failed-g1",
+        reason=Reason.SMOKE_FAILED,
+        message="the smoke test failed",
+    )
+    await handlers.handle(
+        follow_up(event, EventType.ROUTE_RESTORED, restored, source="test"),
+        cast(Delivery, Handed()),
+    )
+
+    assert await installed_releases(bus) == {}
+    (ended,) = await events_of(bus, EventType.RUN_FAILED)
+    assert ended.payload().reason is Reason.SMOKE_FAILED
+
+
+async def test_an_install_failure_after_the_canary_was_installed_waits_for_the_route(
+    bus: Bus, local_backend: None, handlers: InstallerHandlers
+) -> None:
+    """Once canary.installed is out the canary may take live calls: removing it before
+    the promoter restores the route would send them to a runner that is gone."""
+    event = spread_event("late", ("east", local(1)), ("west", local(1)))
+    await handlers.handle(event, cast(Delivery, Handed()))
+    failed = InstallFailed(
+        reason=Reason.INSTALL_FAILED,
+        message="the walk's next copy failed",
+        revision="1.2.0-g1",
+        release="default-late-g1-west",
     )
     await handlers.handle(
         follow_up(event, EventType.INSTALL_FAILED, failed, source="test"),
         cast(Delivery, Handed()),
     )
 
-    assert await installed_releases(bus) == {}
-    (ended,) = await events_of(bus, EventType.RUN_FAILED)
-    assert ended.payload().reason is Reason.INSTALL_FAILED
+    assert len(await installed_releases(bus)) == 2
+    assert await events_of(bus, EventType.RUN_FAILED) == []
 
 
 @pytest.fixture

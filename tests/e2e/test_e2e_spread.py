@@ -22,7 +22,7 @@ from test_e2e_canary_steps import stepped
 from test_e2e_local_backends import local_backend, parent_of, process_of, wait_until
 
 from plnt_cli.supervisor import Supervisor
-from plnt_common.events import EventType
+from plnt_common.events import Envelope, EventType
 from plnt_common.releases import release_name, spread_release_name
 from plnt_common.tasks import cancelled
 
@@ -131,10 +131,20 @@ async def test_a_new_generation_of_a_spread_run_replaces_its_copy_on_every_backe
     assert [(e["backend"], e["serving"]) for e in endpoints] == [("east", True), ("west", True)]
 
 
+async def desired(client: Client, release: str) -> bool:
+    with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
+        entry = await client.bus.releases.get(f"desired.default.{release}")
+        return bool(entry.value)
+    return False
+
+
 @contextlib.asynccontextmanager
-async def canary_routes(client: Client, name: str) -> AsyncIterator[list[tuple[str, int]]]:
-    """Every change of the route's (canary release, weight) while the block runs."""
-    seen: list[tuple[str, int]] = []
+async def walk_states(
+    client: Client, name: str, later_copy: str
+) -> AsyncIterator[list[tuple[str, int, bool]]]:
+    """Every change of (the route's canary release, its weight, whether ``later_copy`` is
+    a desired release) while the block runs."""
+    seen: list[tuple[str, int, bool]] = []
 
     async def poll() -> None:
         while True:
@@ -142,7 +152,11 @@ async def canary_routes(client: Client, name: str) -> AsyncIterator[list[tuple[s
                 entry = await client.bus.routes.get(f"default.{name}")
                 route = json.loads(entry.value or b"{}")
                 canary = route.get("canary") or {}
-                now = (canary.get("release", ""), route.get("canary_weight", 0))
+                now = (
+                    canary.get("release", ""),
+                    route.get("canary_weight", 0),
+                    await desired(client, later_copy),
+                )
                 if not seen or seen[-1] != now:
                     seen.append(now)
             await asyncio.sleep(0.02)
@@ -154,36 +168,76 @@ async def canary_routes(client: Client, name: str) -> AsyncIterator[list[tuple[s
         await cancelled(task)  # its reads are NATS requests: see cancelled()
 
 
-async def test_a_new_revision_walks_the_backends_one_canary_at_a_time(
-    client: Client, registry: Path, stack: Supervisor
-) -> None:
-    name = "spread-walk"
+async def spread_and_ready(client: Client, registry: Path, stack: Supervisor, name: str) -> str:
+    """East and west registered, ``name`` 1.0.0 Ready on both, 2.0.0 published: the
+    endpoint."""
     for backend in ("east", "west"):
         await client.apply(local_backend(backend))
     await process_of(stack, "east")
     await process_of(stack, "west")
     publish_spec(registry, workflow_named(name))
     publish_spec(registry, workflow_named(name, "2.0.0"))
-    document = spread_run(registry, name)
-    await client.apply(document)
+    await client.apply(spread_run(registry, name))
     body = await client.wait_phase(name, "Ready", timeout_s=120)
+    endpoint: str = body["status"]["endpoint"]
+    return endpoint
 
+
+def saga_kinds(events: list[Envelope], sagaid: str) -> list[tuple[str, str]]:
+    """(event type, the backend it names) of one saga, in stream order."""
+
+    def backend(event: Envelope) -> str:
+        named = event.data.get("backend", "")  # spec.pulled's is the PlntBackend's spec
+        return named if isinstance(named, str) else str(event.data["backend_name"])
+
+    return [
+        (e.event_type.value, backend(e))
+        for e in events
+        if e.sagaid == sagaid and e.event_type is not EventType.CANARY_STEPPED
+    ]
+
+
+async def test_a_new_revision_walks_the_backends_one_canary_at_a_time(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    name = "spread-walk"
+    endpoint = await spread_and_ready(client, registry, stack, name)
+    document = spread_run(registry, name)
     walked = stepped(document, [50], "3s", minInvocations=10)
-    load = Load(body["status"]["endpoint"], concurrency=4)
-    async with load.running(), canary_routes(client, name) as routes:
+    on_east = release_name("default", name, 2)
+    on_west = spread_release_name("default", name, 2, "west")
+    load = Load(endpoint, concurrency=4)
+    async with load.running(), walk_states(client, name, on_west) as states:
         await client.apply(walked)
         body = await client.wait_phase(name, "Ready", generation=2, timeout_s=120)
 
-    on_east = release_name("default", name, 2)
-    on_west = spread_release_name("default", name, 2, "west")
     # one copy took the canary's share at a time: east's (trafficPercent through its smoke
-    # test, then its step), then west's
-    assert [r for r in routes if r[1] > 0] == [(on_east, 10), (on_east, 50), (on_west, 50)]
-    events = [e for e in await client.events(name) if e.sagaid == f"default.{name}.2.1"]
+    # test, then its step), then west's, installed only once east's step had passed (east
+    # holding its weight meanwhile)
+    assert [s for s in states if s[1] > 0] == [
+        (on_east, 10, False),
+        (on_east, 50, False),
+        (on_east, 50, True),
+        (on_west, 10, True),
+        (on_west, 50, True),
+    ]
+    events = await client.events(name)
+    assert saga_kinds(events, f"default.{name}.2.1") == [
+        ("run.requested", ""),
+        ("spec.pulled", "east"),
+        ("canary.installed", "east"),
+        ("smoke.passed", "east"),
+        ("analysis.passed", "east"),
+        ("canary.installed", "west"),
+        ("smoke.passed", "west"),
+        ("analysis.passed", "west"),
+        ("run.ready", ""),
+    ]
     walk = [
         (e.event_type, e.data["step"], e.data["backend"])
         for e in events
         if e.event_type in (EventType.CANARY_STEPPED, EventType.ANALYSIS_PASSED)
+        and e.sagaid == f"default.{name}.2.1"
     ]
     assert walk == [
         (EventType.CANARY_STEPPED, 1, "east"),
@@ -202,3 +256,58 @@ async def test_a_new_revision_walks_the_backends_one_canary_at_a_time(
         ("east", on_east, True),
         ("west", on_west, True),
     ]
+
+
+async def test_a_copy_failing_on_the_second_backend_rolls_back_everywhere(
+    client: Client, registry: Path, stack: Supervisor
+) -> None:
+    """West's copy cannot start (its PlntBackend now names an API key that is not set):
+    the walk has east's copy taking live calls, so the route is restored before both
+    copies are removed, and the stable keeps serving every call on both backends."""
+    name = "spread-walk-fails"
+    endpoint = await spread_and_ready(client, registry, stack, name)
+    broken = local_backend("west")
+    broken["spec"]["llm"] = {
+        "baseUrl": "http://127.0.0.1:9/v1",
+        "model": "m",
+        "apiKeyEnv": "PLNT_UNSET_KEY",
+    }
+    await client.apply(broken)
+    walked = stepped(spread_run(registry, name), [50], "2s", minInvocations=5)
+    load = Load(endpoint, concurrency=4)
+    async with load.running():
+        await client.apply(walked)
+        # seconds after install.failed; a route left as it was would hold the saga until
+        # its Installing deadline, past this wait
+        body = await client.wait_phase(name, "RolledBack", generation=2, timeout_s=45)
+        calls_at_the_end = len(load.calls)
+        await wait_until("calls after", lambda: len(load.calls) >= calls_at_the_end + 20)
+
+    status = body["status"]
+    assert status["revision"] == "1.0.0-g1"
+    assert "west" in status["message"] and "PLNT_UNSET_KEY" in status["message"]
+    events = await client.events(name)
+    assert saga_kinds(events, f"default.{name}.2.1") == [
+        ("run.requested", ""),
+        ("spec.pulled", "east"),
+        ("canary.installed", "east"),
+        ("smoke.passed", "east"),
+        ("analysis.passed", "east"),
+        ("install.failed", "west"),
+        ("route.restored", ""),
+        ("run.rolled_back", ""),
+    ]
+    # the copies were removed (and the saga ended) because the route was restored first
+    (restored,) = [e for e in events if e.event_type is EventType.ROUTE_RESTORED]
+    (rolled_back,) = [e for e in events if e.event_type is EventType.RUN_ROLLED_BACK]
+    assert rolled_back.causationid == restored.id
+    served = [c for c in load.calls if c.status == 200]
+    assert len(served) == len(load.calls), f"{len(load.calls) - len(served)} calls failed"
+    assert {c.revision for c in load.calls[calls_at_the_end:]} == {"1.0.0-g1"}
+    # neither copy of generation 2 is left; generation 1 serves on both backends
+    assert await desired_releases(client, name, generations=2) == [
+        release_name("default", name, 1),
+        spread_release_name("default", name, 1, "west"),
+    ]
+    endpoints = await route_endpoints(client, name)
+    assert [(e["backend"], e["serving"]) for e in endpoints] == [("east", True), ("west", True)]

@@ -24,6 +24,7 @@ from plnt_common.events import (
     RunSnapshot,
     SmokeFigures,
     SmokeVerdict,
+    SpreadRelease,
     follow_up,
     saga_id,
 )
@@ -339,3 +340,40 @@ async def test_golden_cases_share_the_concurrency_limit_of_the_invocations(
     assert kind is EventType.SMOKE_PASSED
     assert len(runner.bodies) == 6 + CONTRACT_INVOCATIONS  # 3 invocations and 3 cases
     assert runner.most_in_flight == 2  # the handler's concurrency
+
+
+async def test_a_walks_later_copy_is_tested_alone_and_gets_a_verdict_of_its_own(
+    nats_url: str,
+) -> None:
+    """East's copy passed its smoke test when the walk began; west's, installed when
+    east's steps passed, is the only one called now, and its verdict is not taken for a
+    duplicate of east's."""
+    east, west = Runner(), Runner()
+    east.open.set()
+    west.open.set()
+    async with serving_invoke(east.invoke) as east_url, serving_invoke(west.invoke) as west_url:
+        bus = await Bus.open(nats_url, service="test")
+        first = installed("walked", east_url)
+        walk = first.payload().canary.model_copy(
+            update={"backend": "east", "walk": ("east", "west")}
+        )
+        at_east = CanaryInstalled(run=first.payload().run, canary=walk, backend="east")
+        first = follow_up(
+            run_requested(at_east.run), EventType.CANARY_INSTALLED, at_east, source="t"
+        )
+        copy = SpreadRelease(backend="west", release="walked-g1-west", url=west_url)
+        at_west = at_east.model_copy(
+            update={"canary": walk.model_copy(update={"spread": (copy,)}), "backend": "west"}
+        )
+        later = follow_up(first, EventType.CANARY_INSTALLED, at_west, source="test")
+        await advance_latest_saga(bus, "default", "walked", first.sagaid)
+        await handle(bus, first)
+        calls_on_east = east.calls
+        await handle(bus, later)
+        verdicts = await smoke_verdicts(bus, "walked")
+        await bus.close()
+    assert (east.calls, west.calls) == (calls_on_east, 3 + CONTRACT_INVOCATIONS)
+    assert [(v.event_type, v.data["backend"]) for v in verdicts] == [
+        (EventType.SMOKE_PASSED, "east"),
+        (EventType.SMOKE_PASSED, "west"),
+    ]

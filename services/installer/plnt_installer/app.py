@@ -29,6 +29,7 @@ from plnt_installer.settings import InstallerSettings
 
 CONSUMES = (
     EventType.SPEC_PULLED,
+    EventType.ANALYSIS_PASSED,
     EventType.INSTALL_FAILED,
     EventType.ROUTE_RESTORED,
     EventType.STEP_TIMED_OUT,

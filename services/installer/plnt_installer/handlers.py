@@ -10,6 +10,7 @@ from plnt_common.bus.saga import latest_saga, observe_saga
 from plnt_common.bus.saga_events import last_of_saga
 from plnt_common.errors import InstallFailed
 from plnt_common.events import (
+    AnalysisVerdict,
     CanaryInstalled,
     CanaryRef,
     CapacityAwaited,
@@ -74,6 +75,8 @@ class InstallerHandlers:
         match event.event_type:
             case EventType.SPEC_PULLED:
                 await self._install(event, delivery)
+            case EventType.ANALYSIS_PASSED:
+                await self._install_next(event, delivery)
             case EventType.INSTALL_FAILED:
                 data: InstallFailedEvent = event.payload()
                 await self._compensate(event, data.reason, data.message)
@@ -105,6 +108,18 @@ class InstallerHandlers:
             await self._bus.publish(
                 follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE)
             )
+        elif event.event_type is EventType.ANALYSIS_PASSED:
+            verdict: AnalysisVerdict = event.payload()
+            failed = InstallFailedEvent(
+                reason=Reason.DELIVERY_EXHAUSTED,
+                message=message,
+                revision=verdict.canary.revision,
+                release=verdict.canary.release,
+                backend=verdict.next_to_install(),
+            )
+            await self._bus.publish(
+                follow_up(event, EventType.INSTALL_FAILED, failed, source=SERVICE)
+            )
         elif event.event_type in (
             EventType.INSTALL_FAILED,
             EventType.ROUTE_RESTORED,
@@ -132,7 +147,8 @@ class InstallerHandlers:
 
     async def _install(self, event: Envelope, delivery: Delivery) -> None:
         """spec.pulled: install the canary on each backend placed (``spec.placement.spread``
-        of them), wait until every copy serves, publish canary.installed."""
+        of them), wait until every copy serves, publish canary.installed. A walk installs
+        its first backend's copy only (``_install_next`` the others, in turn)."""
         data: SpecPulled = event.payload()
         if not await self._may_install(event):
             self._awaited.pop(event.sagaid, None)  # a Pending saga superseded or ended
@@ -143,6 +159,13 @@ class InstallerHandlers:
         copies, placement = placed
         if await self._choose_backend(event, copies[0]) is None:
             return
+        walk = await self._walk_of(event, data, copies)
+        if walk:  # the later copies are placed again when the walk reaches them
+            for later in copies[1:]:
+                await self._unreserve(
+                    later, logic.desired_canary(later, saga_id=event.sagaid, spread=True)
+                )
+            copies, placement = copies[:1], logic.walk_placement(placement, walk)
         wanted = [
             (copy, logic.desired_canary(copy, saga_id=event.sagaid, spread=index > 0))
             for index, copy in enumerate(copies)
@@ -158,7 +181,91 @@ class InstallerHandlers:
         self._awaited.pop(event.sagaid, None)
         if not await self._still_wanted(event, [(b, c, d) for b, c, d, _ in serving]):
             return
-        await self._publish_installed(event, data, serving, placement)
+        await self._publish_installed(event, data, serving, placement, walk)
+
+    async def _walk_of(
+        self, event: Envelope, data: SpecPulled, copies: tuple[SpecPulled, ...]
+    ) -> tuple[str, ...]:
+        """The backends a rollout walks one at a time (``canary_walk``): every copy's,
+        when several replace a stable revision with canary steps; () otherwise."""
+        if len(copies) < 2 or not data.run.spec.canary.steps or data.replacing():
+            return ()
+        held = await self._held(event.namespace, event.name)
+        if not logic.stable_revision([r for _, r in held], excluding_saga=event.sagaid):
+            return ()
+        return tuple(copy.backend_name for copy in copies)
+
+    async def _install_next(self, event: Envelope, delivery: Delivery) -> None:
+        """analysis.passed ending a walked backend's steps: place and install the walk's
+        next copy, wait until it serves, publish canary.installed for it (its smoke test
+        and steps follow). A backend with no room now is tried again every
+        ``capacity_retry_s`` (the Installing deadline bounds the wait); a failure is
+        install.failed, on which the promoter takes the canary out of the route first."""
+        verdict: AnalysisVerdict = event.payload()
+        name = verdict.next_to_install()
+        if not name:
+            return
+        if await observe_saga(self._bus, event) is not SagaState.CURRENT:
+            log.info("walk.not_continued", reason="saga superseded or ended", backend=name)
+            return
+        pulled, installed = await asyncio.gather(
+            self._pulled(event), last_of_saga(self._bus, EventType.CANARY_INSTALLED, event)
+        )
+        if pulled is None or installed is None:
+            log.info("walk.not_continued", reason="a newer spec was pulled", backend=name)
+            return
+        earlier: CanaryInstalled = installed.payload()
+        if name in earlier.canary.copies():  # a redelivery once canary.installed was out
+            log.info("walk.already_installed", backend=name)
+            return
+        choice = next(c for c in pulled.choices() if c.backend_name == name)
+        copy = pulled.model_copy(update={"backend_name": name, "backend": choice.backend})
+        desired = logic.desired_canary(copy, saga_id=event.sagaid, spread=True)
+        backend = self._backends[copy.backend.type]  # the walk holds driven backends only
+        refusal = (
+            None
+            if self._placements is None
+            else await self._placements.reserve(
+                backend_name=name, spec=choice.backend, canary=desired
+            )
+        )
+        if refusal is not None:
+            log.info("walk.awaiting_capacity", backend=name, message=refusal.message)
+            delivery.defer(self._capacity_retry_s)
+            return
+        outcome: ObservedRelease | InstallFailed | None = None
+        if await self._install_canary(event, copy, backend, desired):
+            outcome = await self._ready_or_failure(event, backend, copy, desired)
+            if isinstance(outcome, InstallFailed):
+                await self._publish_install_failed(event, desired, outcome)
+        if not isinstance(outcome, ObservedRelease):
+            await self._unreserve(copy, desired)
+            return
+        if self._placements is not None:
+            await self._placements.mark_up(backend_name=name, canary=desired)
+        if await observe_saga(self._bus, event) is not SagaState.CURRENT:
+            # the promoter's restore (or a newer saga) ends it; this copy goes with it
+            await backend.uninstall(
+                namespace=desired.namespace,
+                release=desired.release,
+                timeout_s=self._uninstall_timeout_s,
+                pulled=copy,
+            )
+            log.info("walk.not_continued", reason="saga superseded or ended", backend=name)
+            return
+        added = SpreadRelease(backend=name, release=desired.release, url=outcome.url)
+        canary = earlier.canary.model_copy(update={"spread": (*earlier.canary.spread, added)})
+        await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
+        next_copy = CanaryInstalled(
+            run=earlier.run,
+            canary=canary,
+            backend=name,
+            placement=logic.walk_reached(earlier.placement, name),
+        )
+        await self._bus.publish(
+            follow_up(event, EventType.CANARY_INSTALLED, next_copy, source=SERVICE), step=name
+        )
+        log.info("canary.installed", release=desired.release, url=outcome.url, walk=name)
 
     async def _install_copies(
         self, event: Envelope, wanted: list[tuple[SpecPulled, DesiredRelease]]
@@ -402,6 +509,7 @@ class InstallerHandlers:
         data: SpecPulled,
         serving: list[Serving],
         placement: tuple[PlacementEntry, ...],
+        walk: tuple[str, ...],
     ) -> None:
         (_, first, desired, observed), further = serving[0], serving[1:]
         canary = CanaryRef(
@@ -414,6 +522,7 @@ class InstallerHandlers:
                 SpreadRelease(backend=copy.backend_name, release=release.release, url=seen.url)
                 for _, copy, release, seen in further
             ),
+            walk=walk,
         )
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         installed = CanaryInstalled(
@@ -425,8 +534,17 @@ class InstallerHandlers:
         log.info("canary.installed", release=desired.release, url=observed.url)
 
     async def _compensate(self, event: Envelope, reason: Reason, message: str) -> None:
-        """Remove this saga's canary, then end the saga: rolled back, or failed with no stable."""
+        """Remove this saga's canary, then end the saga: rolled back, or failed with no stable.
+
+        Once a canary.installed is out (a walk's later copy failed, or a deadline passed
+        as the first was installed) the canary may take live calls: the promoter takes it
+        out of the route first, and its route.restored brings the removal here."""
         if await observe_saga(self._bus, event) is SagaState.ENDED:
+            return
+        if event.event_type is not EventType.ROUTE_RESTORED and await last_of_saga(
+            self._bus, EventType.CANARY_INSTALLED, event
+        ):
+            log.info("canary.removal_after_restore", reason="the canary may be in the route")
             return
         held = await self._held(event.namespace, event.name)
         releases = [release for _, release in held]

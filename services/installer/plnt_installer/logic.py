@@ -3,6 +3,8 @@
 Imports no I/O library; handlers observe, call these, then act through the port.
 """
 
+import itertools
+
 from plnt_common.events import EventType, SpecPulled
 from plnt_common.projection import saga_order
 from plnt_common.releases import (
@@ -12,7 +14,7 @@ from plnt_common.releases import (
     release_name,
     spread_release_name,
 )
-from plnt_common.resources import PlntBackendSpec
+from plnt_common.resources import PlacementEntry, PlntBackendSpec
 from plnt_common.status import Reason
 
 INSTALL_REASONS = frozenset({Reason.CODE_INVALID, Reason.DEPENDENCIES_FAILED})
@@ -53,6 +55,33 @@ def desired_canary(data: SpecPulled, *, saga_id: str, spread: bool = False) -> D
         )
         if llm
         else LlmConfig(),
+    )
+
+
+def walk_placement(
+    placement: tuple[PlacementEntry, ...], walk: tuple[str, ...]
+) -> tuple[PlacementEntry, ...]:
+    """The placement of a walk's start: each later backend still Installing, saying when
+    the walk reaches it."""
+    waits = {
+        later: f"walk {index + 2}/{len(walk)}: installed once {earlier}'s steps pass"
+        for index, (earlier, later) in enumerate(itertools.pairwise(walk))
+    }
+    return tuple(
+        entry.model_copy(update={"reason": waits[entry.backend]})
+        if entry.state == "Installing" and entry.backend in waits
+        else entry
+        for entry in placement
+    )
+
+
+def walk_reached(placement: tuple[PlacementEntry, ...], backend: str) -> tuple[PlacementEntry, ...]:
+    """The placement once the walk installed ``backend``'s copy."""
+    return tuple(
+        entry.model_copy(update={"reason": ""})
+        if entry.backend == backend and entry.state == "Installing"
+        else entry
+        for entry in placement
     )
 
 

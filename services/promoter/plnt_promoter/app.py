@@ -16,6 +16,7 @@ from plnt_promoter.settings import PromoterSettings
 
 CONSUMES = (
     EventType.CANARY_INSTALLED,
+    EventType.INSTALL_FAILED,
     EventType.SMOKE_PASSED,
     EventType.SMOKE_FAILED,
     EventType.SHADOW_STARTED,

@@ -48,13 +48,14 @@ class OperatorControl:
         self._promote = promote
         self._restore = restore
 
-    async def ending_request(self, event: Envelope) -> Envelope | None:
-        """The saga's request that ends a held step now: an abort, or a promote --full."""
+    async def ending_request(self, event: Envelope, canary: CanaryRef) -> Envelope | None:
+        """The saga's request that ends a held step now: an abort, or a promote --full
+        (not while a walk has copies to install: see ``_promote_now``)."""
         aborted = await last_of_saga(self._bus, EventType.ABORT_REQUESTED, event)
         if aborted is not None:
             return aborted
         promoted = await last_of_saga(self._bus, EventType.PROMOTE_REQUESTED, event)
-        if promoted is not None and promoted.payload().full:
+        if promoted is not None and promoted.payload().full and not canary.waiting():
             return promoted
         return None
 
@@ -124,6 +125,15 @@ class OperatorControl:
         )
 
     async def _promote_now(self, event: Envelope, canary: CanaryRef) -> None:
+        if canary.waiting():
+            # promoting now would serve the revision on fewer backends than placed and
+            # retire the stable's copies on the others
+            log.info(
+                "promote.ignored",
+                reason="the walk has copies still to install, smoke-test and step",
+                waiting=list(canary.waiting()),
+            )
+            return
         state = await observe_saga(self._bus, event)
         read = await self._routes.get(namespace=event.namespace, name=event.name)
         verdict = logic.decide_on_pass(state, read[0], event.sagaid)

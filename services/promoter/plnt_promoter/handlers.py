@@ -22,6 +22,7 @@ from plnt_common.events import (
     CanaryStepped,
     Envelope,
     EventType,
+    InstallFailed,
     RouteRestored,
     RunReady,
     SmokeVerdict,
@@ -85,6 +86,8 @@ class PromoterHandlers:
         match event.event_type:
             case EventType.CANARY_INSTALLED:
                 await self._route_canary(event)
+            case EventType.INSTALL_FAILED:
+                await self._on_install_failed(event)
             case EventType.SMOKE_PASSED | EventType.SHADOW_PASSED:
                 await self._on_pass(event)
             case EventType.SHADOW_STARTED:
@@ -117,11 +120,13 @@ class PromoterHandlers:
                     verdict.canary.revision,
                     verdict.canary.release,
                     reason,
-                    verdict.figures.reason,
+                    logic.smoke_failure_message(verdict),
                 )
             case EventType.STEP_TIMED_OUT:
                 timed_out: StepTimedOut = event.payload()
-                if timed_out.phase in COMPENSATED_TIMEOUTS:
+                if timed_out.phase in COMPENSATED_TIMEOUTS or (
+                    timed_out.phase == Phase.INSTALLING.value and await self._installed(event)
+                ):
                     entry, _ = await self._routes.get(namespace=event.namespace, name=event.name)
                     revision = entry.canary.revision if entry and entry.canary else ""
                     message = deadline_passed(timed_out.phase, timed_out.deadline_s)
@@ -156,8 +161,26 @@ class PromoterHandlers:
     def _endpoint(self, event: Envelope) -> str:
         return logic.endpoint_url(self._public_url, event.namespace, event.name)
 
+    async def _installed(self, event: Envelope) -> Envelope | None:
+        """The saga's latest canary.installed: from it on, the canary may be in the route."""
+        return await last_of_saga(self._bus, EventType.CANARY_INSTALLED, event)
+
+    async def _on_install_failed(self, event: Envelope) -> None:
+        """A walk's later copy failed to install (or its install passed its deadline):
+        the walked copy takes live calls, so the route is restored before the installer
+        removes the copies (its route.restored). Before any canary.installed, the
+        installer compensates alone."""
+        if await self._installed(event) is None:
+            return
+        failed: InstallFailed = event.payload()
+        message = f"installing the canary on PlntBackend {failed.backend!r}: {failed.message}"
+        await self._restore(event, failed.revision, "", failed.reason, message)
+
     async def _route_canary(self, event: Envelope) -> None:
         data: CanaryInstalled = event.payload()
+        if data.continues_walk():
+            await self._route_next_copy(event, data)
+            return
         # read at once: the route is read for the gate check and tried first by the update
         state, route = await asyncio.gather(
             observe_saga(self._bus, event),
@@ -199,6 +222,27 @@ class PromoterHandlers:
             "canary.routed", revision=canary.revision, weight=entry.canary_weight if entry else 0
         )
 
+    async def _route_next_copy(self, event: Envelope, data: CanaryInstalled) -> None:
+        """A walk's next copy serves: it takes the canary's share from the previous one,
+        at ``trafficPercent`` while its smoke test runs; its steps follow smoke.passed."""
+        if await observe_saga(self._bus, event) is not SagaState.CURRENT:
+            log.info("canary.not_routed", reason="saga superseded or ended")
+            return
+        canary, walk = data.canary, data.canary.walk
+        weight = data.run.spec.canary.traffic_percent
+
+        def change(current: RouteEntry | None) -> RouteEntry | None:
+            return logic.walked_to(
+                current,
+                saga_id=event.sagaid,
+                copy=logic.copy_target(canary, event.sagaid, data.backend),
+                weight=weight,
+                walk=logic.walk_releases(canary, event.sagaid, walk),
+            )
+
+        entry = await self._routes.update(namespace=event.namespace, name=event.name, change=change)
+        log.info("canary.routed", backend=data.backend, weight=entry.canary_weight if entry else 0)
+
     async def _on_pass(self, event: Envelope) -> None:
         data: SmokeVerdict = event.payload()
         state, (entry, revision), installed = await asyncio.gather(
@@ -210,6 +254,12 @@ class PromoterHandlers:
         verdict = logic.decide_on_pass(state, entry, event.sagaid)
         log.info("smoke.passed.decision", verdict=verdict.value)
         lost = installed.payload().lost() if installed is not None else ()
+        if event.event_type is EventType.SMOKE_PASSED and data.continues_walk():
+            if verdict is logic.Verdict.PROMOTE:
+                walk = data.canary.walk
+                step = logic.segment_start(plan.steps, walk, data.backend)
+                await self._step_to(event, data.canary, plan, step=step, walk=walk)
+            return
         if lost:
             # the revision was judged when it was promoted: no shadow, steps or gate again
             await self._promote(event, data.canary, verdict, (entry, revision), replacing=lost)
@@ -305,7 +355,7 @@ class PromoterHandlers:
                 saga_id=event.sagaid,
                 copy=logic.copy_target(canary, event.sagaid, backend),
                 weight=weight,
-                walk=[logic.copy_target(canary, event.sagaid, b).release for b in walk],
+                walk=logic.walk_releases(canary, event.sagaid, walk),
             )
 
         entry = await self._routes.update(namespace=event.namespace, name=event.name, change=change)
@@ -414,6 +464,10 @@ class PromoterHandlers:
         state, (entry, revision) = await self._observe(event)
         if state is not SagaState.CURRENT:
             await self._supersede(event, data.canary)
+            return
+        if waiting := data.next_to_install():
+            # the installer installs the next copy; its smoke.passed resumes the steps
+            log.info("canary.walk_installing", backend=waiting)
             return
         if not data.last():
             await self._step_to(event, data.canary, data.plan, step=data.step + 1, walk=data.walk)

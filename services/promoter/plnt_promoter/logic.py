@@ -4,7 +4,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 
-from plnt_common.events import CanaryRef
+from plnt_common.events import CanaryRef, SmokeVerdict
 from plnt_common.releases import ObservedRelease, ReleasePhase, release_of_revision
 from plnt_common.routes import BackendEndpoint, RouteEntry, RouteTarget
 from plnt_common.saga import SagaState
@@ -52,7 +52,10 @@ def target(canary: CanaryRef, saga_id: str) -> RouteTarget:
 def walk_of(canary: CanaryRef, steps: tuple[int, ...], entry: RouteEntry | None) -> tuple[str, ...]:
     """The backends a stepped canary on several of them walks, in order; () when its
     copies take the canary's share at once (one backend, no steps, no stable to judge
-    beside: see ``canary_walk``)."""
+    beside: see ``canary_walk``). A walk the installer started (``canary.walk``) is
+    followed as it was decided: its later copies are installed in turn."""
+    if canary.walk:
+        return canary.walk
     if not canary.spread or not steps_apply(steps, entry):
         return ()
     return (canary.backend, *(copy.backend for copy in canary.spread))
@@ -84,6 +87,27 @@ def walked_to(
     return entry.model_copy(
         update={"canary": copy if to > at else entry.canary, "canary_weight": weight}
     )
+
+
+def smoke_failure_message(verdict: SmokeVerdict) -> str:
+    """Why the smoke test failed, naming the walked copy's backend (a contract miss on a
+    spread canary names it already)."""
+    reason = verdict.figures.reason
+    if verdict.backend and not reason.startswith("on PlntBackend"):
+        return f"on PlntBackend {verdict.backend}: {reason}"
+    return reason
+
+
+def walk_releases(canary: CanaryRef, saga_id: str, walk: tuple[str, ...]) -> list[str]:
+    """The releases of the walk's copies installed so far, in walk order (a walked
+    install installs them in that order, so the list is a prefix of the walk)."""
+    installed = canary.copies()
+    return [copy_target(canary, saga_id, b).release for b in walk if b in installed]
+
+
+def segment_start(steps: tuple[int, ...], walk: tuple[str, ...], backend: str) -> int:
+    """The first step (numbered across the walk) of ``backend``'s copy."""
+    return walk.index(backend) * len(steps) + 1
 
 
 def with_every_copy(entry: RouteEntry, canary: CanaryRef, saga_id: str) -> RouteEntry:

@@ -160,7 +160,7 @@ class ShadowPhase:
         if not logic.canary_is_routed(entry, event.sagaid):
             log.info("shadow.ended", reason="the canary is out of the route")
             return
-        request = await self._control.ending_request(event)
+        request = await self._control.ending_request(event, data.canary)
         if request is not None:
             await self._control.end_held_step(event, request, data.canary)
             return

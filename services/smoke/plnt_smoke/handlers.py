@@ -8,7 +8,6 @@ from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import observe_saga
 from plnt_common.events import (
     CanaryInstalled,
-    CanaryRef,
     Envelope,
     EventType,
     SmokeFigures,
@@ -51,7 +50,7 @@ class SmokeHandlers:
         # The saga check runs alongside the invocations rather than before them: waiting
         # would add a round trip to every deploy, while a saga that ended meanwhile (rare)
         # cancels the invocations as soon as the check answers.
-        invoking = asyncio.ensure_future(self._smoke(data.canary, budget))
+        invoking = asyncio.ensure_future(self._smoke(data, budget))
         async with discarded_on_error(invoking):
             state = await observe_saga(self._bus, event)
         if state is SagaState.ENDED:
@@ -75,14 +74,16 @@ class SmokeHandlers:
         )
         await self._publish(event, data, figures)
 
-    async def _smoke(self, canary: CanaryRef, budget: SmokeTest) -> SmokeFigures:
+    async def _smoke(self, data: CanaryInstalled, budget: SmokeTest) -> SmokeFigures:
         """The runner contract's clauses 2-6 first: a canary that misses one fails without
         a budget invocation. Then the latency invocations and the golden cases, sent side
         by side within one concurrency limit."""
-        url, payload = canary.url, budget.payload or {}
+        canary, payload = data.canary, budget.payload or {}
         # placed on several backends (spec.placement.spread), each copy must keep the
-        # contract; the budget and the golden cases run on the first
-        copies = [(canary.backend, canary.url), *((c.backend, c.url) for c in canary.spread)]
+        # contract; the budget and the golden cases run on the first. A walk's later copy
+        # is tested alone, the others having passed before it.
+        copies = logic.tested_copies(data)
+        url = copies[0][1]
         for backend, copy_url in copies:
             clauses = await self._harness.contract(
                 url=copy_url, payload=payload, revision=canary.revision
@@ -147,5 +148,8 @@ class SmokeHandlers:
 
     async def _publish(self, event: Envelope, data: CanaryInstalled, figures: SmokeFigures) -> None:
         kind = EventType.SMOKE_PASSED if figures.passed else EventType.SMOKE_FAILED
-        verdict = SmokeVerdict(canary=data.canary, figures=figures)
-        await self._bus.publish(follow_up(event, kind, verdict, source=SERVICE))
+        tested = data.backend if data.canary.walk else ""
+        verdict = SmokeVerdict(canary=data.canary, figures=figures, backend=tested)
+        # a walk tests each backend's copy in turn: one verdict per copy
+        step = data.backend if data.continues_walk() else ""
+        await self._bus.publish(follow_up(event, kind, verdict, source=SERVICE), step=step)

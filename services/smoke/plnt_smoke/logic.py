@@ -3,7 +3,7 @@
 import math
 from dataclasses import dataclass
 
-from plnt_common.events import SmokeFigures
+from plnt_common.events import CanaryInstalled, SmokeFigures
 from plnt_common.golden import GoldenResult
 from plnt_common.resources import SmokeTest
 from plnt_common.status import Reason
@@ -17,6 +17,16 @@ class Sample:
     latency_ms: float
     ok: bool
     error: str = ""
+
+
+def tested_copies(data: CanaryInstalled) -> list[tuple[str, str]]:
+    """(backend, url) of each copy the smoke test calls, the budget's first: every copy,
+    or a walk's later copy alone."""
+    canary = data.canary
+    copies = [(canary.backend, canary.url), *((c.backend, c.url) for c in canary.spread)]
+    if data.continues_walk():
+        return [copy for copy in copies if copy[0] == data.backend]
+    return copies
 
 
 def percentile(values: list[float], fraction: float) -> float:
