@@ -151,16 +151,14 @@ class ReplacementLoop:
 
     async def _replace(self, run: tuple[str, str], serving: Serving) -> None:
         namespace, name = run
-        (projection, _), requested = await asyncio.gather(
-            self._projections.read(namespace=namespace, name=name),
-            last_of_run(self._bus, EventType.RUN_REQUESTED, namespace, name),
-        )
+        projection, _ = await self._projections.read(namespace=namespace, name=name)
+        if projection is not None and self._requested.get(run) == projection.saga_id:
+            return  # requested already: the run stays lost until its replacement serves
+        requested = await last_of_run(self._bus, EventType.RUN_REQUESTED, namespace, name)
         snapshot = requested.payload().run if requested is not None else None
         decided = replacement_of(projection, snapshot, serving)
         if isinstance(decided, str):
             log.debug("replacement.not_requested", namespace=namespace, name=name, why=decided)
-            return
-        if self._requested.get(run) == decided.replaces:
             return
         self._requested[run] = decided.replaces
         await self._request(decided)
