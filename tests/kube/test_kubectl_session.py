@@ -223,7 +223,9 @@ def test_the_documented_kubectl_session_installs_rolls_out_and_removes_a_workflo
     events = columns(described.split("\nEvents:", 1)[1])
     assert events[0] == ["Type", "Reason", "Age", "From", "Message"], described
     reasons = [row[1] for row in events[2:]]
-    assert reasons[0] == "Pending" and reasons[-1] == "Ready", described
+    # Pending is written with the finalizer only while the run shows no status: a saga
+    # that reached Installing first (a busy machine's slow API call) skips it
+    assert reasons[0] in ("Pending", "Installing") and reasons[-1] == "Ready", described
     assert all(row[0] == "Normal" and row[3] == "plnt-watcher" for row in events[2:]), described
 
     # the Events of every run, as the Observe section lists them
