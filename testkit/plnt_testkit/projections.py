@@ -2,8 +2,10 @@
 
 import asyncio
 
+import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.errors import ServiceUnavailableError
 
 from plnt_common import subjects
 from plnt_common.bus.kv_snapshot import kv_snapshot
@@ -29,20 +31,27 @@ async def watcher_caught_up(js: JetStreamContext, *, timeout_s: float = 60.0) ->
     reached the stream's last message and nothing it was given is unacked.
 
     A projection compared with a replay before this may simply lag the stream (a run's
-    removal still on its way, a redelivery after a kill). Raises ``AssertionError``
-    naming what is left after ``timeout_s``.
+    removal still on its way, a redelivery after a kill). On a cluster a node back from
+    a pause or a restart answers 503 (or not at all) while the consumer's leader is
+    elected again: that is waited out too. Raises ``AssertionError`` naming what is left
+    after ``timeout_s``.
     """
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        last = (await js.stream_info(subjects.STREAM)).state.last_seq
-        consumer = await js.consumer_info(subjects.STREAM, subjects.durable_name("watcher"))
-        if consumer.ack_floor.stream_seq >= last and not consumer.num_ack_pending:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(
+        try:
+            last = (await js.stream_info(subjects.STREAM)).state.last_seq
+            consumer = await js.consumer_info(subjects.STREAM, subjects.durable_name("watcher"))
+        except (ServiceUnavailableError, nats.errors.TimeoutError) as exc:
+            left = f"the consumer's info: {exc!r}"
+        else:
+            if consumer.ack_floor.stream_seq >= last and not consumer.num_ack_pending:
+                return
+            left = (
                 f"the watcher acked up to {consumer.ack_floor.stream_seq} of {last} events, "
-                f"{consumer.num_ack_pending} unacked, after {timeout_s}s"
+                f"{consumer.num_ack_pending} unacked"
             )
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{left}, after {timeout_s}s")
         await asyncio.sleep(0.1)
 
 

@@ -108,6 +108,9 @@ class MemoryBackend:
     async def every_release(self, *, pulled: SpecPulled) -> list[DesiredRelease]:
         return list(self.held.values())
 
+    async def still_removing(self, *, namespace: str, run_name: str) -> list[str]:
+        return []
+
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
         return None
 

@@ -176,3 +176,24 @@ async def test_releases_lists_desired_records_of_one_run_in_one_namespace(
 
     assert listed == sorted(mine, key=lambda r: r.release)
     assert await releases.releases(namespace="empty", run_name="review-responder") == []
+
+
+async def test_still_removing_lists_the_runs_releases_observed_without_a_desired_record(
+    bus: Bus, releases: LocalReleaseBackend
+) -> None:
+    serving = desired_release(digest=DIGEST, release="review-responder-g2", saga_id="s2")
+    await releases.install(serving)
+    await _write(bus, _observed(serving, ReleasePhase.READY, run_name=serving.run_name))
+    stopping = desired_release(digest=DIGEST, release="review-responder-g1", saga_id="s1")
+    await _write(bus, _observed(stopping, ReleasePhase.READY, run_name=stopping.run_name))
+    for other in (
+        desired_release(digest=DIGEST, release="other-g1", run_name="other"),
+        desired_release(digest=DIGEST, namespace="team-b"),
+    ):
+        await _write(bus, _observed(other, ReleasePhase.READY, run_name=other.run_name))
+
+    removing = await releases.still_removing(namespace=NS, run_name="review-responder")
+
+    assert removing == ["review-responder-g1"]
+    await bus.releases.delete(observed_key(NS, "review-responder-g1"))
+    assert await releases.still_removing(namespace=NS, run_name="review-responder") == []

@@ -1,14 +1,15 @@
 """Which `local` PlntBackends ``plnt up`` runs a local-backend process for, kept live.
 
 ``LocalBackendsWatch`` follows two KV buckets in a thread of its own (the supervisor's loop
-is synchronous): the PlntBackends in ``plnt-resources`` and the desired releases in
-``plnt-releases``. A KV watch rather than a periodic listing: an applied backend gets its
-process as soon as the supervisor's next tick (0.2 s) sees it, and a quiet stack costs
-nothing. ``backends_to_run`` decides; this module starts no process.
+is synchronous): the PlntBackends in ``plnt-resources`` and the desired and observed
+releases in ``plnt-releases``. A KV watch rather than a periodic listing: an applied
+backend gets its process as soon as the supervisor's next tick (0.2 s) sees it, and a quiet
+stack costs nothing. ``backends_to_run`` decides; this module starts no process.
 """
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import Collection, Mapping
@@ -19,7 +20,7 @@ from plnt_common import subjects
 from plnt_common.bus.connection import connect
 from plnt_common.bus.kv_mirror import KvMirror
 from plnt_common.logs import get_logger
-from plnt_common.releases import DESIRED_PREFIX
+from plnt_common.releases import DESIRED_PREFIX, OBSERVED_PREFIX
 from plnt_common.resource_store import CLUSTER_SCOPE, PLURALS
 
 log = get_logger(__name__)
@@ -28,10 +29,12 @@ BACKEND_KEYS = f"{PLURALS['PlntBackend']}.{CLUSTER_SCOPE}.*"
 
 
 def backends_to_run(*, applied: Collection[str], with_releases: Collection[str]) -> set[str]:
-    """Every applied `local` PlntBackend, and every backend a desired release names: one the
-    stack does not store (the PlntBackends are read from a Kubernetes API), or a deleted one
-    whose runners its own process must tear down first. Only the installer's local
-    releases are desired records, so no other type of backend gets a process."""
+    """Every applied `local` PlntBackend, and every backend a desired release or an observed
+    record names: one the stack does not store (the PlntBackends are read from a Kubernetes
+    API), or a deleted one whose runners its own process must tear down first. A release
+    whose desired record is deleted is torn down until its observed record goes, so that
+    record keeps the process too. Only the installer's local releases have these records,
+    so no other type of backend gets a process."""
     return set(applied) | {name for name in with_releases if name}
 
 
@@ -42,8 +45,8 @@ class LocalBackendsWatch:
         self._nats_url = nats_url
         self._backends: dict[str, bool] = {}
         """Name -> whether it is a live `local` PlntBackend (not another type, not deleting)."""
-        self._releases: dict[str, str] = {}
-        """Desired key -> the backend_name it names."""
+        self._releases: dict[str, dict[str, str]] = {DESIRED_PREFIX: {}, OBSERVED_PREFIX: {}}
+        """Per prefix, desired or observed key -> the backend_name its record names."""
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._task: asyncio.Task[None] | None = None
@@ -63,7 +66,7 @@ class LocalBackendsWatch:
 
     def with_releases(self) -> set[str]:
         with self._lock:
-            return set(self._releases.values())
+            return {name for records in self._releases.values() for name in records.values()}
 
     def _cancel(self) -> None:
         if self._task is not None:
@@ -92,17 +95,20 @@ class LocalBackendsWatch:
             apply=self._apply_backend,
             log_as="up.backends",
         )
-        releases = KvMirror[str](
-            nc=nc,
-            bucket=subjects.RELEASES_BUCKET,
-            keys=f"{DESIRED_PREFIX}.>",
-            decode=_backend_name,
-            replace_all=self._replace_releases,
-            apply=self._apply_release,
-            log_as="up.releases",
-        )
+        releases = [
+            KvMirror[str](
+                nc=nc,
+                bucket=subjects.RELEASES_BUCKET,
+                keys=f"{prefix}.>",
+                decode=_backend_name,
+                replace_all=functools.partial(self._replace_releases, prefix),
+                apply=functools.partial(self._apply_release, prefix),
+                log_as=f"up.{prefix}",
+            )
+            for prefix in (DESIRED_PREFIX, OBSERVED_PREFIX)
+        ]
         try:
-            await asyncio.gather(backends.run(), releases.run())
+            await asyncio.gather(backends.run(), *(mirror.run() for mirror in releases))
         finally:
             with contextlib.suppress(Exception):
                 await nc.close()
@@ -115,16 +121,16 @@ class LocalBackendsWatch:
         with self._lock:
             self._backends[key.rsplit(".", 1)[-1]] = bool(local)
 
-    async def _replace_releases(self, loaded: Mapping[str, str]) -> None:
+    async def _replace_releases(self, prefix: str, loaded: Mapping[str, str]) -> None:
         with self._lock:
-            self._releases = dict(loaded)
+            self._releases[prefix] = dict(loaded)
 
-    async def _apply_release(self, key: str, backend_name: str | None) -> None:
+    async def _apply_release(self, prefix: str, key: str, backend_name: str | None) -> None:
         with self._lock:
             if backend_name is None:
-                self._releases.pop(key, None)
+                self._releases[prefix].pop(key, None)
             else:
-                self._releases[key] = backend_name
+                self._releases[prefix][key] = backend_name
 
 
 def _is_local_backend(entry: KeyValue.Entry) -> bool:
@@ -139,7 +145,8 @@ def _is_local_backend(entry: KeyValue.Entry) -> bool:
 
 
 def _backend_name(entry: KeyValue.Entry) -> str | None:
-    """The backend a desired release names; "" (no process of a backend runs it) when unread."""
+    """The backend a desired or observed record names; "" (no process of a backend runs it)
+    when unread."""
     try:
         name = json.loads(entry.value or b"").get("backend_name", "")
     except (ValueError, AttributeError):

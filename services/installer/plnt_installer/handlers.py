@@ -686,8 +686,18 @@ class InstallerHandlers:
                 release=release.release,
                 timeout_s=self._uninstall_timeout_s,
             )
-        removed = RunRemoved(releases_removed=tuple(r.release for _, r in held))
+        # a retry after a removal timed out: what that attempt asked to remove is no longer
+        # held, but the run is removed only once every backend confirmed it
+        names = [release.release for _, release in held]
+        namespace = event.namespace
+        for backend in self._backends.values():
+            for name in await backend.still_removing(namespace=namespace, run_name=event.name):
+                await backend.uninstall(
+                    namespace=namespace, release=name, timeout_s=self._uninstall_timeout_s
+                )
+                names.append(name)
+        removed = RunRemoved(releases_removed=tuple(names))
         await self._bus.publish_terminal(
             follow_up(event, EventType.RUN_REMOVED, removed, source=SERVICE)
         )
-        log.info("run.removed", releases=len(held))
+        log.info("run.removed", releases=len(names))

@@ -41,5 +41,9 @@ class ReleaseBackend(Protocol):
         """Every plnt release, of any run, where ``pulled``'s PlntBackend installs
         (what ``capacity`` counts the GPUs of)."""
 
+    async def still_removing(self, *, namespace: str, run_name: str) -> list[str]:
+        """Releases of one run no longer in ``releases`` whose removal the backend has not
+        confirmed yet (an ``uninstall`` that timed out): uninstall them again to wait."""
+
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
         """What the backend reports for ``release``; None when it reports nothing."""

@@ -27,6 +27,7 @@ from plnt_common.events import SpecPulled
 from plnt_common.logs import get_logger
 from plnt_common.releases import (
     DESIRED_PREFIX,
+    OBSERVED_PREFIX,
     DesiredRelease,
     ObservedRelease,
     ReleasePhase,
@@ -195,6 +196,24 @@ class LocalReleaseBackend:
             raise BusUnavailable(f"listing releases: {exc!r}") from None
         found = [_parse(key, value, DesiredRelease) for key, (_, value) in stored.items()]
         return [r for r in found if r is not None and r.backend_name == pulled.backend_name]
+
+    async def still_removing(self, *, namespace: str, run_name: str) -> list[str]:
+        """Releases of ``run_name`` with an observed record and no desired one: the
+        local-backend is still stopping their runners (or is away)."""
+        try:
+            stored = await kv_snapshot(self._nc, subjects.RELEASES_BUCKET, f"*.{namespace}.*")
+        except _TRANSIENT as exc:
+            raise BusUnavailable(f"listing releases of {namespace}: {exc!r}") from None
+        removing = []
+        for key, (_, value) in stored.items():
+            if not key.startswith(f"{OBSERVED_PREFIX}."):
+                continue
+            record = _parse(key, value, ObservedRelease)
+            if record is None or record.run_name != run_name:
+                continue
+            if desired_key(namespace, record.release) not in stored:
+                removing.append(record.release)
+        return sorted(removing)
 
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
         """The observed record; None when the local-backend reports nothing (or garbage)."""

@@ -116,6 +116,11 @@ class HelmReleaseBackend:
     async def every_release(self, *, pulled: SpecPulled) -> list[DesiredRelease]:
         return await self._finder.every_release(Target.of(pulled))
 
+    async def still_removing(self, *, namespace: str, run_name: str) -> list[str]:
+        # helm deletes a release's record after its objects: one being removed is still
+        # in ``releases``
+        return []
+
     async def status(self, *, namespace: str, release: str) -> ObservedRelease | None:
         found = await self._finder.locate(namespace=namespace, release=release)
         return None if found is None else await ready.observe(found)
