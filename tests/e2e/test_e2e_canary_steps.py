@@ -7,7 +7,6 @@ import copy
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from stack_support import Client, publish_spec, run_document, service_process, w
 from plnt_cli.commands import Session, replay
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import EventType
-from plnt_common.tasks import cancelled
+from plnt_testkit.polling import recorded_changes
 from plnt_testkit.projections import stored_projections
 
 STABLE, CANARY = "1.0.0-g1", "2.0.0-g2"
@@ -61,34 +60,23 @@ class Seen:
     weight: int
 
 
-@contextlib.asynccontextmanager
-async def watching(client: Client, name: str) -> AsyncIterator[list[Seen]]:
+def watching(client: Client, name: str) -> contextlib.AbstractAsyncContextManager[list[Seen]]:
     """Every change of the run's phase, step and weight, with when it was seen."""
-    seen: list[Seen] = []
 
-    async def poll() -> None:
-        while True:
-            status = await client.status(name)
-            canary = status.get("canary") or {}
-            now = Seen(
-                time.monotonic(),
-                status.get("phase", ""),
-                canary.get("step", ""),
-                canary.get("trafficPercent", 0),
-            )
-            if not seen or (now.phase, now.step, now.weight) != (
-                seen[-1].phase,
-                seen[-1].step,
-                seen[-1].weight,
-            ):
-                seen.append(now)
-            await asyncio.sleep(0.02)
+    async def read() -> Seen:
+        status = await client.status(name)
+        canary = status.get("canary") or {}
+        return Seen(
+            time.monotonic(),
+            status.get("phase", ""),
+            canary.get("step", ""),
+            canary.get("trafficPercent", 0),
+        )
 
-    task = asyncio.create_task(poll())
-    try:
-        yield seen
-    finally:
-        await cancelled(task)  # its status reads are NATS requests: see cancelled()
+    def same(last: Seen, now: Seen) -> bool:
+        return (last.phase, last.step, last.weight) == (now.phase, now.step, now.weight)
+
+    return recorded_changes(read, same=same)
 
 
 def step_spans(seen: list[Seen]) -> dict[str, tuple[float, float, int]]:

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from test_e2e_local_backends import local_backend, parent_of, process_of, wait_u
 from plnt_cli.supervisor import Supervisor
 from plnt_common.events import Envelope, EventType
 from plnt_common.releases import release_name, spread_release_name
-from plnt_common.tasks import cancelled
+from plnt_testkit.polling import recorded_changes
 
 RUN = "spread"
 
@@ -138,34 +137,27 @@ async def desired(client: Client, release: str) -> bool:
     return False
 
 
-@contextlib.asynccontextmanager
-async def walk_states(
-    client: Client, name: str, later_copy: str
-) -> AsyncIterator[list[tuple[str, int, bool]]]:
-    """Every change of (the route's canary release, its weight, whether ``later_copy`` is
-    a desired release) while the block runs."""
-    seen: list[tuple[str, int, bool]] = []
-
-    async def poll() -> None:
-        while True:
-            with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
-                entry = await client.bus.routes.get(f"default.{name}")
-                route = json.loads(entry.value or b"{}")
-                canary = route.get("canary") or {}
-                now = (
-                    canary.get("release", ""),
-                    route.get("canary_weight", 0),
-                    await desired(client, later_copy),
-                )
-                if not seen or seen[-1] != now:
-                    seen.append(now)
-            await asyncio.sleep(0.02)
-
-    task = asyncio.create_task(poll())
+async def walk_state(client: Client, name: str, later_copy: str) -> tuple[str, int, bool] | None:
+    """(The route's canary release, its weight, whether ``later_copy`` is a desired
+    release); None before the route is written."""
     try:
-        yield seen
-    finally:
-        await cancelled(task)  # its reads are NATS requests: see cancelled()
+        entry = await client.bus.routes.get(f"default.{name}")
+    except (KeyNotFoundError, KeyDeletedError):
+        return None
+    route = json.loads(entry.value or b"{}")
+    canary = route.get("canary") or {}
+    return (
+        canary.get("release", ""),
+        route.get("canary_weight", 0),
+        await desired(client, later_copy),
+    )
+
+
+def walk_states(
+    client: Client, name: str, later_copy: str
+) -> contextlib.AbstractAsyncContextManager[list[tuple[str, int, bool]]]:
+    """Every change of ``walk_state`` while the block runs."""
+    return recorded_changes(lambda: walk_state(client, name, later_copy))
 
 
 async def spread_and_ready(client: Client, registry: Path, stack: Supervisor, name: str) -> str:

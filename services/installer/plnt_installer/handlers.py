@@ -205,28 +205,17 @@ class InstallerHandlers:
         name = verdict.next_to_install()
         if not name:
             return
-        if await observe_saga(self._bus, event) is not SagaState.CURRENT:
-            log.info("walk.not_continued", reason="saga superseded or ended", backend=name)
+        continued = await self._walk_continues(event, name)
+        if continued is None:
             return
-        pulled, installed = await asyncio.gather(
-            self._pulled(event), last_of_saga(self._bus, EventType.CANARY_INSTALLED, event)
-        )
-        if pulled is None or installed is None:
-            log.info("walk.not_continued", reason="a newer spec was pulled", backend=name)
-            return
-        earlier: CanaryInstalled = installed.payload()
-        if name in earlier.canary.copies():  # a redelivery once canary.installed was out
-            log.info("walk.already_installed", backend=name)
-            return
-        choice = next(c for c in pulled.choices() if c.backend_name == name)
-        copy = pulled.model_copy(update={"backend_name": name, "backend": choice.backend})
+        copy, earlier = continued
         desired = logic.desired_canary(copy, saga_id=event.sagaid, spread=True)
         backend = self._backends[copy.backend.type]  # the walk holds driven backends only
         refusal = (
             None
             if self._placements is None
             else await self._placements.reserve(
-                backend_name=name, spec=choice.backend, canary=desired
+                backend_name=name, spec=copy.backend, canary=desired
             )
         )
         if refusal is not None:
@@ -266,6 +255,29 @@ class InstallerHandlers:
             follow_up(event, EventType.CANARY_INSTALLED, next_copy, source=SERVICE), step=name
         )
         log.info("canary.installed", release=desired.release, url=outcome.url, walk=name)
+
+    async def _walk_continues(
+        self, event: Envelope, name: str
+    ) -> tuple[SpecPulled, CanaryInstalled] | None:
+        """The spec.pulled narrowed to the walk's next backend ``name``, with the saga's
+        last canary.installed; None when the walk does not go on there (the saga ended or
+        was superseded, or a redelivery finds the copy installed already)."""
+        if await observe_saga(self._bus, event) is not SagaState.CURRENT:
+            log.info("walk.not_continued", reason="saga superseded or ended", backend=name)
+            return None
+        pulled, installed = await asyncio.gather(
+            self._pulled(event), last_of_saga(self._bus, EventType.CANARY_INSTALLED, event)
+        )
+        if pulled is None or installed is None:
+            log.info("walk.not_continued", reason="a newer spec was pulled", backend=name)
+            return None
+        earlier: CanaryInstalled = installed.payload()
+        if name in earlier.canary.copies():  # a redelivery once canary.installed was out
+            log.info("walk.already_installed", backend=name)
+            return None
+        choice = next(c for c in pulled.choices() if c.backend_name == name)
+        copy = pulled.model_copy(update={"backend_name": name, "backend": choice.backend})
+        return copy, earlier
 
     async def _install_copies(
         self, event: Envelope, wanted: list[tuple[SpecPulled, DesiredRelease]]
