@@ -282,10 +282,20 @@ def _detail(data: dict[str, Any]) -> str:
     if "figures" in data:
         return str(data["figures"].get("reason", ""))[:80]
     if "canary" in data:
-        return str(data["canary"].get("url", ""))
+        return _canary_detail(data["canary"], backend=str(data.get("backend") or ""))
     if "spec_digest" in data:
         return str(data["spec_digest"])[:23] + "…"
     return ""
+
+
+def _canary_detail(canary: dict[str, Any], *, backend: str) -> str:
+    """The address of the copy an event acts on: a walk's later backend has its own,
+    listed in the canary's ``spread``."""
+    url = str(canary.get("url", ""))
+    for copy in canary.get("spread") or ():
+        if copy.get("backend") == backend:
+            url = str(copy.get("url", ""))
+    return f"{url} on {backend}" if backend else url
 
 
 async def replay(session: Session) -> ReplayStats:
