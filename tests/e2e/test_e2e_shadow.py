@@ -191,7 +191,8 @@ async def test_a_canary_calling_its_side_effect_tool_otherwise_fails_on_the_tool
             body = await client.wait_phase(name, "RolledBack", generation=2, timeout_s=90)
     figures = body["status"]["shadow"]
     assert figures["passed"] is False and figures["toolCallDiffPercent"] > 2, figures
-    assert "tool calls differ in" in figures["reason"], figures["reason"]
+    # judged at N pairs or stopped early once no remaining pair could bring it under budget
+    assert "maxToolCallDiffPercent" in figures["reason"], figures["reason"]
     assert body["status"]["revision"] == STABLE
     # the canary sent only for its smoke test (direct calls, not mirrored): never a live input
     from_canary = [p for p in received if "everyone" in p["with"]["url"]]
