@@ -44,6 +44,7 @@ from plnt_common.releases import ObservedRelease, ReleasePhase, ReleaseRole, rel
 from plnt_installer.adapters.helm.backend import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.kube_errors import ReleaseBusy
+from plnt_installer.ports import ReleasesUnreadable
 
 URL = f"http://{RELEASE}.{HELM_NS}.svc.cluster.local:80"
 
@@ -436,6 +437,27 @@ async def test_releases_lists_canary_and_stable_of_the_run_across_backends(
         (helm_list(), remote_server),
     ]
     assert await helm_backend.releases(namespace="team-b", run_name=RUN) == []
+
+
+async def test_a_silent_cluster_does_not_hide_the_run_s_releases_on_the_others(
+    helm_backend: HelmReleaseBackend, fake_helm: FakeHelm, remote_kubeconfig: bytes
+) -> None:
+    stable_pulled = spec_pulled()
+    await helm_backend.install(promoted(desired(stable_pulled)), pulled=stable_pulled)
+    canary_pulled = spec_pulled(generation=2, backend_name=REMOTE, backend=remote_backend())
+    await helm_backend.install(desired(canary_pulled), pulled=canary_pulled)
+    # the in-cluster PlntBackend's API is away when the run's releases are listed
+    fake_helm.fail_next(
+        "list", stderr="Error: Kubernetes cluster unreachable: dial tcp: connection refused"
+    )
+
+    with pytest.raises(ReleasesUnreadable) as silent:
+        await helm_backend.releases(namespace=RUN_NS, run_name=RUN)
+
+    assert silent.value.retryable
+    assert silent.value.backends == (IN_CLUSTER,)
+    assert [r.release for r in silent.value.found] == [release_name(RUN_NS, RUN, 2)]
+    assert f"the API of PlntBackend {IN_CLUSTER!r} did not answer" in str(silent.value)
 
 
 async def test_a_kubeconfig_secret_reaches_helm_as_a_private_file_and_the_api_client(

@@ -17,6 +17,7 @@ from installer_helm_support import (
     promoted,
     spec_pulled,
 )
+from nats.aio.msg import Msg
 
 from plnt_common.bus.bus import Bus
 from plnt_common.bus.consumer import Delivery
@@ -40,7 +41,11 @@ from plnt_common.releases import (
     ReleaseRole,
 )
 from plnt_common.status import Phase, Reason
-from plnt_installer.handlers import InstallerHandlers
+from plnt_installer.handlers import UNREADABLE_RETRY_S, InstallerHandlers
+from plnt_installer.ports import ReleasesUnreadable
+
+SILENT = "gpu-far"
+"""The kubernetes PlntBackend whose API stops answering."""
 
 
 class MemoryBackend:
@@ -59,6 +64,8 @@ class MemoryBackend:
         """A runner that never answers: wait_ready waits out its timeout, then fails."""
         self.waited: list[float] = []
         """The timeout of each wait_ready."""
+        self.silent: dict[str, DesiredRelease] = {}
+        """Releases on a cluster whose API does not answer: unlisted, out of reach."""
 
     async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         self.calls.append(f"install {release.release} {release.role.value}")
@@ -100,10 +107,18 @@ class MemoryBackend:
         return self.held.pop(release, None) is not None
 
     async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
-        return sorted(
+        found = sorted(
             (r for r in self.held.values() if (r.namespace, r.run_name) == (namespace, run_name)),
             key=lambda r: r.release,
         )
+        if self.silent:
+            raise ReleasesUnreadable(found=found, backends=(SILENT,))
+        return found
+
+    def answers_again(self) -> None:
+        """The silent cluster's API is back: its releases are listed again."""
+        self.held.update(self.silent)
+        self.silent = {}
 
     async def every_release(self, *, pulled: SpecPulled) -> list[DesiredRelease]:
         return list(self.held.values())
@@ -381,3 +396,44 @@ async def test_deletion_removes_every_release_on_every_backend(
     [(kind, data)] = await _published(bus)
     assert kind is EventType.RUN_REMOVED
     assert sorted(data["releases_removed"]) == [old.release, current.release]
+
+
+async def test_a_promotion_retires_what_answers_and_comes_back_for_a_silent_clusters_copy(
+    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
+) -> None:
+    # generation 1 served on a cluster whose API is away; generation 2 serves elsewhere
+    old, canary = _release(1, role=ReleaseRole.STABLE), _release(2)
+    kube.held = {canary.release: canary}
+    kube.silent = {old.release: old}
+    ready = _event(
+        EventType.RUN_READY,
+        RunReady(revision=canary.revision, endpoint="http://router/workflows/x/invoke"),
+        generation=2,
+    )
+
+    first = Delivery(msg=cast(Msg, None), attempt=1)  # defer never touches the message
+    await handlers.handle(ready, first)
+
+    # promoted where it runs; the silent cluster's copy is left, and the event comes back
+    assert kube.calls == ["install default-review-responder-g2 stable"]
+    assert first.deferred_s == UNREADABLE_RETRY_S
+    kube.answers_again()
+    again = Delivery(msg=cast(Msg, None), attempt=1)
+    await handlers.handle(ready, again)
+
+    assert kube.calls[1:] == ["uninstall default-review-responder-g1"]
+    assert kube.held == {canary.release: promoted(canary)}
+    assert again.deferred_s is None
+
+
+async def test_a_deletion_waits_for_a_silent_cluster_rather_than_report_its_releases_removed(
+    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
+) -> None:
+    old = _release(1, role=ReleaseRole.STABLE)
+    kube.silent = {old.release: old}
+
+    with pytest.raises(ReleasesUnreadable, match=f"PlntBackend {SILENT!r} did not answer"):
+        await _handle(handlers, _event(EventType.RUN_DELETED, RunDeleted(), generation=2))
+
+    assert kube.calls == []
+    assert await _published(bus) == []

@@ -40,7 +40,7 @@ from plnt_common.status import Phase, Reason
 from plnt_installer import keep, logic
 from plnt_installer.capacity import Refusal
 from plnt_installer.placement import Placements
-from plnt_installer.ports import ReleaseBackend
+from plnt_installer.ports import ReleaseBackend, ReleasesUnreadable
 
 log = get_logger(__name__)
 SERVICE = "installer"
@@ -49,6 +49,8 @@ Serving = tuple[ReleaseBackend, SpecPulled, DesiredRelease, ObservedRelease]
 COMPENSATED_TIMEOUTS = {Phase.PULLING.value, Phase.INSTALLING.value}
 CAPACITY_RETRY_S = 5.0
 """How soon a canary that fits no node is tried again (the capacity view's refresh)."""
+UNREADABLE_RETRY_S = 15.0
+"""How soon a promotion comes back for the releases of PlntBackends whose API was silent."""
 
 
 class InstallerHandlers:
@@ -139,11 +141,24 @@ class InstallerHandlers:
         Events after spec.pulled do not say which backend a run's releases are on (and a
         run may have moved between PlntBackends across generations), so each is asked.
         """
-        held: list[tuple[ReleaseBackend, DesiredRelease]] = []
-        for backend in self._backends.values():
-            releases = await backend.releases(namespace=namespace, run_name=run_name)
-            held.extend((backend, release) for release in releases)
+        held, silent = await self._held_reachable(namespace, run_name)
+        if silent:
+            raise ReleasesUnreadable(found=[release for _, release in held], backends=silent)
         return held
+
+    async def _held_reachable(
+        self, namespace: str, run_name: str
+    ) -> tuple[list[tuple[ReleaseBackend, DesiredRelease]], tuple[str, ...]]:
+        """``_held`` on the PlntBackends that answer, and the names of those that did not."""
+        held: list[tuple[ReleaseBackend, DesiredRelease]] = []
+        silent: tuple[str, ...] = ()
+        for backend in self._backends.values():
+            try:
+                releases = await backend.releases(namespace=namespace, run_name=run_name)
+            except ReleasesUnreadable as exc:
+                releases, silent = exc.found, silent + exc.backends
+            held.extend((backend, release) for release in releases)
+        return held, silent
 
     async def _install(self, event: Envelope, delivery: Delivery) -> None:
         """spec.pulled: install the canary on each backend placed (``spec.placement.spread``
@@ -606,18 +621,35 @@ class InstallerHandlers:
         (``keep``), every delivery redoing this idempotently, and the one at the deadline
         retires the kept release.
         """
-        data: RunReady = event.payload()
         latest, _ = await latest_saga(self._bus, event.namespace, event.name)
         if logic.reverted_since(event.sagaid, latest):
             # a late or replayed run.ready of a reverted saga: the revision it promoted was
             # retired and the one it would retire serves again
             log.info("saga.ready_after_revert", latest=latest)
             return
-        held = await self._held(event.namespace, event.name)
+        held, silent = await self._held_reachable(event.namespace, event.name)
+        await self._promote(event, delivery, held, silent)
+        if silent:
+            # what the silent PlntBackends hold is promoted or retired once they answer
+            # again (a lost cluster's copy is retired when it returns, never before)
+            retry_s = min(delivery.deferred_s or UNREADABLE_RETRY_S, UNREADABLE_RETRY_S)
+            delivery.defer(retry_s)
+            log.warning("release.retirement_deferred", backends=list(silent), retry_s=retry_s)
+
+    async def _promote(
+        self,
+        event: Envelope,
+        delivery: Delivery,
+        held: list[tuple[ReleaseBackend, DesiredRelease]],
+        silent: tuple[str, ...],
+    ) -> None:
+        """``_retire_old`` on the releases ``held`` where the PlntBackends answered."""
+        data: RunReady = event.payload()
         if not any(release.saga_id == event.sagaid for _, release in held):
             # a deferred check after a revert or a newer promotion retired this saga's
-            # release: what it kept is theirs now, not to be demoted again
-            log.info("saga.promoted_release_gone")
+            # release: what it kept is theirs now, not to be demoted again (or it is on
+            # a silent PlntBackend: looked for again when that answers)
+            log.info("saga.promoted_release_gone", unheard=list(silent))
             return
         for backend, release in held:
             if release.saga_id == event.sagaid and release.role is not ReleaseRole.STABLE:

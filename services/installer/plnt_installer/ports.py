@@ -2,8 +2,22 @@
 
 from typing import Protocol
 
+from plnt_common.errors import KubernetesUnavailable
 from plnt_common.events import SpecPulled
 from plnt_common.releases import DesiredRelease, ObservedRelease
+
+
+class ReleasesUnreadable(KubernetesUnavailable):
+    """``releases`` heard from some PlntBackends only: ``found`` is what the others hold,
+    ``backends`` names those whose API did not answer (what they hold is unknown)."""
+
+    def __init__(self, *, found: list[DesiredRelease], backends: tuple[str, ...]) -> None:
+        names = ", ".join(repr(name) for name in backends)
+        super().__init__(
+            f"the API of PlntBackend {names} did not answer: the run's releases there are unknown"
+        )
+        self.found = found
+        self.backends = backends
 
 
 class ReleaseBackend(Protocol):
@@ -35,7 +49,8 @@ class ReleaseBackend(Protocol):
         """Remove the release and wait until it is gone; False when it was not there."""
 
     async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
-        """Every release of one run, canary and stable."""
+        """Every release of one run, canary and stable. ``ReleasesUnreadable`` when some
+        PlntBackend could not be asked (it carries what the others hold)."""
 
     async def every_release(self, *, pulled: SpecPulled) -> list[DesiredRelease]:
         """Every plnt release, of any run, where ``pulled``'s PlntBackend installs

@@ -16,6 +16,7 @@ from plnt_installer.adapters.helm_cli import HelmRelease, ReleaseMissing
 from plnt_installer.adapters.helm_values import desired_from_values
 from plnt_installer.adapters.kube_access import Connection
 from plnt_installer.kube_ports import KubernetesTargets
+from plnt_installer.ports import ReleasesUnreadable
 
 log = get_logger(__name__)
 
@@ -96,14 +97,24 @@ class ReleaseFinder:
         return None
 
     async def releases(self, *, namespace: str, run_name: str) -> list[DesiredRelease]:
-        """Every release of the run on every kubernetes PlntBackend, by name."""
+        """Every release of the run on every kubernetes PlntBackend, by name. Each one is
+        asked, whichever is silent: ``ReleasesUnreadable`` then carries what the others
+        hold, so one cluster's API being away does not hide the rest."""
         found: list[DesiredRelease] = []
+        silent: list[str] = []
         for target in await self._distinct_targets():
             try:
                 found.extend(await self._listed(target, namespace=namespace, run_name=run_name))
             except PlntError as exc:
-                _skip_or_raise(target, exc)
-        return sorted(found, key=lambda r: r.release)
+                if not exc.retryable:
+                    _skip_or_raise(target, exc)
+                    continue
+                log.warning("backend.unreadable", backend=target.name, error=str(exc))
+                silent.append(target.name)
+        found.sort(key=lambda r: r.release)
+        if silent:
+            raise ReleasesUnreadable(found=found, backends=tuple(silent))
+        return found
 
     async def every_release(self, target: Target) -> list[DesiredRelease]:
         """Every plnt release installed onto ``target``, of any run (its cluster namespace
