@@ -189,6 +189,7 @@ class ObservedRelease(BaseModel):
     )
     backend_name: str = Field(
         default="",
-        description="The PlntBackend whose local-backend process reports it (empty in records "
-        "written before it was kept): whose start-up cleanup may remove it.",
+        description="The PlntBackend that reports it: the local-backend process whose "
+        "start-up cleanup may remove it, or the cluster the Helm observer reads (empty in "
+        "records written before it was kept).",
     )

@@ -114,3 +114,5 @@ class ServingReason(StrEnum):
     """The backend gave up on a routed runner; a new rollout is needed."""
     NO_READY_PODS = "NoReadyPods"
     """The release's Service has no ready endpoint (Kubernetes)."""
+    BACKEND_UNREACHABLE = "BackendUnreachable"
+    """The cluster's API is silent and the runner does not answer at its address."""

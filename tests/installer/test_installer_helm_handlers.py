@@ -173,6 +173,10 @@ async def _handle(handlers: InstallerHandlers, event: Envelope) -> None:
     await handlers.handle(event, cast(Delivery, None))  # the handlers never touch delivery
 
 
+def _delivery() -> Delivery:
+    return Delivery(msg=cast(Msg, None), attempt=1)  # defer never touches the message
+
+
 async def _published(bus: Bus) -> list[tuple[EventType, dict[str, Any]]]:
     return [
         (stored.event.event_type, stored.event.data)
@@ -411,14 +415,14 @@ async def test_a_promotion_retires_what_answers_and_comes_back_for_a_silent_clus
         generation=2,
     )
 
-    first = Delivery(msg=cast(Msg, None), attempt=1)  # defer never touches the message
+    first = _delivery()
     await handlers.handle(ready, first)
 
     # promoted where it runs; the silent cluster's copy is left, and the event comes back
     assert kube.calls == ["install default-review-responder-g2 stable"]
     assert first.deferred_s == UNREADABLE_RETRY_S
     kube.answers_again()
-    again = Delivery(msg=cast(Msg, None), attempt=1)
+    again = _delivery()
     await handlers.handle(ready, again)
 
     assert kube.calls[1:] == ["uninstall default-review-responder-g1"]
@@ -426,14 +430,61 @@ async def test_a_promotion_retires_what_answers_and_comes_back_for_a_silent_clus
     assert again.deferred_s is None
 
 
-async def test_a_deletion_waits_for_a_silent_cluster_rather_than_report_its_releases_removed(
-    bus: Bus, handlers: InstallerHandlers, kube: MemoryBackend
+async def test_a_deletion_removes_what_answers_and_reports_the_run_removed_once_all_have(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
 ) -> None:
-    old = _release(1, role=ReleaseRole.STABLE)
-    kube.silent = {old.release: old}
+    here, far = _release(2), _release(1, role=ReleaseRole.STABLE)
+    local.held = {here.release: here}
+    kube.silent = {far.release: far}
+    deleted = _event(EventType.RUN_DELETED, RunDeleted(), generation=3)
 
-    with pytest.raises(ReleasesUnreadable, match=f"PlntBackend {SILENT!r} did not answer"):
-        await _handle(handlers, _event(EventType.RUN_DELETED, RunDeleted(), generation=2))
+    first = _delivery()
+    await handlers.handle(deleted, first)
 
-    assert kube.calls == []
+    assert (local.held, kube.calls) == ({}, [])
+    assert first.deferred_s == UNREADABLE_RETRY_S
+    assert await _published(bus) == []  # not removed while a cluster may hold a release
+    kube.answers_again()
+    again = _delivery()
+    await handlers.handle(deleted, again)
+
+    assert kube.calls == [f"uninstall {far.release}"]
+    assert again.deferred_s is None
+    [(kind, data)] = await _published(bus)
+    assert (kind, data["releases_removed"]) == (EventType.RUN_REMOVED, [far.release])
+
+
+async def test_compensation_removes_the_canary_it_sees_and_ends_once_a_silent_cluster_answers(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
+) -> None:
+    # the canary failed on the local backend; the stable serves on a cluster gone silent
+    stable, canary = _release(1, role=ReleaseRole.STABLE), _release(2)
+    local.held = {canary.release: canary}
+    kube.silent = {stable.release: stable}
+    failed = _event(
+        EventType.INSTALL_FAILED,
+        InstallFailedEvent(
+            reason=Reason.INSTALL_FAILED,
+            message="not ready",
+            revision=canary.revision,
+            release=canary.release,
+        ),
+        generation=2,
+    )
+
+    first = _delivery()
+    await handlers.handle(failed, first)
+
+    # removed where it is; not ended while the stable (or another copy) may be out of sight
+    assert (local.held, kube.calls) == ({}, [])
+    assert first.deferred_s == UNREADABLE_RETRY_S
     assert await _published(bus) == []
+    kube.answers_again()
+    again = _delivery()
+    await handlers.handle(failed, again)
+
+    assert kube.held == {stable.release: stable}
+    assert again.deferred_s is None
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.RUN_ROLLED_BACK
+    assert data["stable_revision"] == stable.revision

@@ -48,7 +48,10 @@ def stack(
     cluster: tuple[KubeEmulator, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Supervisor]:
     # The installer reaches the emulator as its own cluster (an inCluster PlntBackend).
-    supervisor = start_stack(tmp_path_factory.mktemp("stack"), env={"KUBECONFIG": str(cluster[1])})
+    supervisor = start_stack(
+        tmp_path_factory.mktemp("stack"),
+        env={"KUBECONFIG": str(cluster[1]), "PLNT_INSTALLER_BACKEND_UNREACHABLE_AFTER_S": "1"},
+    )
     yield supervisor
     supervisor.stop()
 
@@ -131,27 +134,7 @@ async def route_until(
 async def test_a_helm_release_route_follows_its_service_address_and_endpoint_readiness(
     bus: Bus, core: client.CoreV1Api
 ) -> None:
-    store = Client(bus)
-    await store.apply(
-        {
-            "apiVersion": "plnt.work/v1",
-            "kind": "PlntBackend",
-            "metadata": {"name": "gpu-east"},
-            "spec": {"type": "kubernetes", "kubernetes": {"inCluster": True, "namespace": HELM_NS}},
-        }
-    )
-    await replace(core, "service", service(80))
-    await replace(core, "endpoints", endpoints(ready=2))
-    # The route as the saga left it: the Service address the canary was installed at.
-    stable = RouteTarget(revision=REVISION, url=f"{SERVICE_URL}:80", release=RELEASE)
-    entry = RouteEntry(namespace="default", name="shop", stable=stable)
-    await bus.routes.put("default.shop", entry.model_dump_json().encode())
-
-    deadline = time.monotonic() + 15
-    while (observed := await _kube_observation(bus)) is None:
-        assert time.monotonic() < deadline, "the Service was never observed"
-        await asyncio.sleep(0.2)
-    assert json.loads(observed)["phase"] == "Ready"
+    await _serving(bus, core, ready=2)
 
     # Every pod loses readiness: the route says so, with the Kubernetes reason.
     await replace(core, "endpoints", endpoints(ready=0, not_ready=2))
@@ -175,6 +158,57 @@ async def test_a_helm_release_route_follows_its_service_address_and_endpoint_rea
         assert time.monotonic() < deadline, "the observation of a removed Service stayed"
         await asyncio.sleep(0.2)
     assert (await route_until(bus, lambda t: True)).url == f"{SERVICE_URL}:8080"
+
+
+async def test_a_silent_api_whose_runner_does_not_answer_takes_the_route_down_until_it_returns(
+    cluster: tuple[KubeEmulator, Path], bus: Bus, core: client.CoreV1Api
+) -> None:
+    emulator, _ = cluster
+    await _serving(bus, core, ready=1)
+
+    # The API stops answering; the runner's cluster address answers nothing here either.
+    emulator.stop_listening()
+    try:
+        down = await route_until(bus, lambda t: not t.serving)
+    finally:
+        emulator.listen_again()
+    assert down.reason == "BackendUnreachable"
+    assert "the API of PlntBackend 'gpu-east' has not answered for" in down.message
+    assert f"GET {SERVICE_URL}:80/healthz" in down.message
+
+    # The API is back and shows a ready endpoint: the route serves again.
+    assert (await route_until(bus, lambda t: t.serving)).reason == ""
+    await asyncio.to_thread(
+        core.delete_namespaced_service, RELEASE, HELM_NS, _preload_content=False
+    )
+
+
+async def _serving(bus: Bus, core: client.CoreV1Api, *, ready: int) -> None:
+    """A release on the in-cluster PlntBackend ``gpu-east`` with ``ready`` ready pods, its
+    route as the saga left it (the Service address the canary was installed at), once
+    the observer has seen it Ready."""
+    await Client(bus).apply(
+        {
+            "apiVersion": "plnt.work/v1",
+            "kind": "PlntBackend",
+            "metadata": {"name": "gpu-east"},
+            "spec": {"type": "kubernetes", "kubernetes": {"inCluster": True, "namespace": HELM_NS}},
+        }
+    )
+    await replace(core, "service", service(80))
+    await replace(core, "endpoints", endpoints(ready=ready))
+    stable = RouteTarget(revision=REVISION, url=f"{SERVICE_URL}:80", release=RELEASE)
+    entry = RouteEntry(namespace="default", name="shop", stable=stable)
+    await bus.routes.put("default.shop", entry.model_dump_json().encode())
+    assert (await _first_observation(bus))["phase"] == "Ready"
+
+
+async def _first_observation(bus: Bus) -> dict[str, Any]:
+    deadline = time.monotonic() + 15
+    while (observed := await _kube_observation(bus)) is None:
+        assert time.monotonic() < deadline, "the Service was never observed"
+        await asyncio.sleep(0.2)
+    return dict(json.loads(observed))
 
 
 async def _kube_observation(bus: Bus) -> bytes | None:
@@ -203,15 +237,15 @@ def test_a_service_is_observed_ready_while_it_has_a_ready_endpoint(
         ready=ready,
         not_ready=not_ready,
     )
-    record = observation(state)
+    record = observation(state, backend="gpu-east")
     assert record is not None
     assert (record.namespace, record.release, record.url) == (
         "default",
         RELEASE,
         f"{SERVICE_URL}:80",
     )
-    assert (record.phase, record.reason) == (phase, reason)
+    assert (record.phase, record.reason, record.backend_name) == (phase, reason, "gpu-east")
 
 
 def test_a_service_without_plnt_annotations_is_not_observed() -> None:
-    assert observation(ServiceState(name="other", namespace=HELM_NS, port=80)) is None
+    assert observation(ServiceState(name="other", namespace=HELM_NS, port=80), backend="x") is None

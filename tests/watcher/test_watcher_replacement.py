@@ -53,6 +53,14 @@ def test_a_settled_run_lost_on_its_one_backend_is_replaced_there_named_lost() ->
     assert decided.kept == ()
 
 
+@pytest.mark.parametrize("reason", ["RunnerFailed", "NoReadyPods", "BackendUnreachable"])
+def test_each_reason_a_backend_will_not_undo_by_itself_is_a_loss(reason: str) -> None:
+    down = Serving(ok=False, reason=reason, message="", since=None)
+    decided = replacement_of(projection(), snapshot(), down)
+    assert isinstance(decided, Replacement)
+    assert decided.lost[0].reason == f"{reason}: replaced on the next backend that fits"
+
+
 COPY_LOST = Serving(
     ok=True,
     reason="RunnerReady",

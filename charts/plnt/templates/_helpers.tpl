@@ -113,7 +113,7 @@ tests/charts/test_charts_plnt.py checks every one against the settings classes.
                   "leaderElection" "leaseName" "leaseNamespace" "leaseDurationS" "leaseRenewDeadlineS" "leaseRetryPeriodS" "leaseIdentity")
   "puller" (list "s3EndpointUrl" "s3Region" "s3MaxAttempts" "connectTimeoutS" "readTimeoutS" "maxAttempts" "retryBackoffS" "concurrency"
                  "ociInsecureRegistries" "ociDockerConfig" "ociMaxAttempts" "backends" "kubeconfig")
-  "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "capacityIntervalS" "capacityRetryS" "runnerChart" "backends" "kubeconfig")
+  "installer" (list "readyTimeoutS" "uninstallTimeoutS" "concurrency" "capacityIntervalS" "capacityRetryS" "backendUnreachableAfterS" "runnerChart" "backends" "kubeconfig")
   "smoke" (list "concurrency" "requestTimeoutS" "sagas")
   "promoter" (list "concurrency" "followResyncS" "shadowCheckS" "figures" "prometheusUrl")
   "console" (list "host" "port")

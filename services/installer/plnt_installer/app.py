@@ -19,6 +19,7 @@ from plnt_installer.adapters.helm.backend import HelmReleaseBackend
 from plnt_installer.adapters.kube_access import KubeConnector
 from plnt_installer.adapters.kube_observations import KubeObservations
 from plnt_installer.adapters.local_releases import LocalReleaseBackend
+from plnt_installer.adapters.runner_probe import HttpRunnerProbe
 from plnt_installer.adapters.spec_source import ObjectStoreSpecSource
 from plnt_installer.handlers import SERVICE, InstallerHandlers
 from plnt_installer.helm_observer import HelmObserver
@@ -146,6 +147,8 @@ async def run(
             targets=build_targets(bus, settings),
             connector=KubeConnector(),
             store=KubeObservations(nc=bus.nc, kv=bus.releases),
+            probe=HttpRunnerProbe(),
+            unreachable_after_s=settings.backend_unreachable_after_s,
         )
         observing = [
             asyncio.create_task(observer.run(stop)),

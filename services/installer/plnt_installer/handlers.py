@@ -50,7 +50,8 @@ COMPENSATED_TIMEOUTS = {Phase.PULLING.value, Phase.INSTALLING.value}
 CAPACITY_RETRY_S = 5.0
 """How soon a canary that fits no node is tried again (the capacity view's refresh)."""
 UNREADABLE_RETRY_S = 15.0
-"""How soon a promotion comes back for the releases of PlntBackends whose API was silent."""
+"""How soon a promotion, a compensation or a removal comes back for the releases of
+PlntBackends whose API was silent."""
 
 
 class InstallerHandlers:
@@ -81,21 +82,21 @@ class InstallerHandlers:
                 await self._install_next(event, delivery)
             case EventType.INSTALL_FAILED:
                 data: InstallFailedEvent = event.payload()
-                await self._compensate(event, data.reason, data.message)
+                await self._compensate(event, delivery, data.reason, data.message)
             case EventType.ROUTE_RESTORED:
                 restored: RouteRestored = event.payload()
-                await self._compensate(event, restored.reason, restored.message)
+                await self._compensate(event, delivery, restored.reason, restored.message)
             case EventType.STEP_TIMED_OUT:
                 timed_out: StepTimedOut = event.payload()
                 if timed_out.phase in COMPENSATED_TIMEOUTS:
                     message = deadline_passed(timed_out.phase, timed_out.deadline_s)
-                    await self._compensate(event, Reason.STEP_TIMED_OUT, message)
+                    await self._compensate(event, delivery, Reason.STEP_TIMED_OUT, message)
             case EventType.RUN_READY:
                 await self._retire_old(event, delivery)
             case EventType.RUN_REVERTED:
                 await self._retire_reverted(event)
             case EventType.RUN_DELETED:
-                await self._remove_all(event)
+                await self._remove_all(event, delivery)
 
     async def on_exhausted(self, event: Envelope, exc: BaseException) -> None:
         message = f"installer gave up after repeated errors: {exc}"
@@ -560,12 +561,18 @@ class InstallerHandlers:
         )
         log.info("canary.installed", release=desired.release, url=observed.url)
 
-    async def _compensate(self, event: Envelope, reason: Reason, message: str) -> None:
+    async def _compensate(
+        self, event: Envelope, delivery: Delivery, reason: Reason, message: str
+    ) -> None:
         """Remove this saga's canary, then end the saga: rolled back, or failed with no stable.
 
         Once a canary.installed is out (a walk's later copy failed, or a deadline passed
         as the first was installed) the canary may take live calls: the promoter takes it
-        out of the route first, and its route.restored brings the removal here."""
+        out of the route first, and its route.restored brings the removal here.
+
+        While a PlntBackend's API is silent the canary is removed where it is seen and the
+        saga stays RollingBack: a copy of it, or the stable, may be there. The event comes
+        back until that API answers (or its PlntBackend is deleted)."""
         if await observe_saga(self._bus, event) is SagaState.ENDED:
             return
         if event.event_type is not EventType.ROUTE_RESTORED and await last_of_saga(
@@ -573,13 +580,14 @@ class InstallerHandlers:
         ):
             log.info("canary.removal_after_restore", reason="the canary may be in the route")
             return
-        held = await self._held(event.namespace, event.name)
+        held, silent = await self._held_reachable(event.namespace, event.name)
         releases = [release for _, release in held]
         mine: list[tuple[ReleaseBackend, DesiredRelease | None]] = [
             (backend, r) for backend, r in held if r.saga_id == event.sagaid
         ]
         unlisted = release_name(event.namespace, event.name, event.generation)
-        if not mine:  # not listed anywhere: removal is idempotent, so every backend makes sure
+        if not mine and not silent:
+            # not listed anywhere: removal is idempotent, so every backend makes sure
             mine = [(backend, None) for backend in self._backends.values()]
         for backend, canary in mine:
             release = canary.release if canary else unlisted
@@ -588,6 +596,10 @@ class InstallerHandlers:
             )
             log.info("canary.removed", release=release, was_present=removed)
             SIDE_EFFECTS.labels(SERVICE, "canary_removal").inc(int(removed))
+        if silent:
+            delivery.defer(UNREADABLE_RETRY_S)
+            log.warning("canary.removal_waits", backends=list(silent), retry_s=UNREADABLE_RETRY_S)
+            return
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         stable = logic.stable_revision(releases, excluding_saga=event.sagaid)
         revision = next((r.revision for _, r in mine if r is not None), "")
@@ -722,14 +734,26 @@ class InstallerHandlers:
                 await backend.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
         await self._retire(held, [r for _, r in held if r.revision == data.reverted_revision])
 
-    async def _remove_all(self, event: Envelope) -> None:
-        held = await self._held(event.namespace, event.name)
+    async def _remove_all(self, event: Envelope, delivery: Delivery) -> None:
+        """Remove every release of the run; run.removed once every PlntBackend confirmed.
+        A silent one's releases are unknown: the event comes back until it answers (or
+        is deleted), and only then is the run reported removed."""
+        held, silent = await self._held_reachable(event.namespace, event.name)
         for backend, release in held:
             await backend.uninstall(
                 namespace=release.namespace,
                 release=release.release,
                 timeout_s=self._uninstall_timeout_s,
             )
+        if silent:
+            delivery.defer(UNREADABLE_RETRY_S)
+            log.warning(
+                "run.removal_waits",
+                backends=list(silent),
+                removed=[release.release for _, release in held],
+                retry_s=UNREADABLE_RETRY_S,
+            )
+            return
         # a retry after a removal timed out: what that attempt asked to remove is no longer
         # held, but the run is removed only once every backend confirmed it
         names = [release.release for _, release in held]

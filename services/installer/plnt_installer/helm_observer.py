@@ -8,12 +8,20 @@ Services with their endpoints, and publishes one ``ObservedRelease`` per release
 reports its runners in; the promoter follows both. A record whose Service is gone is
 deleted, unless some PlntBackend could not be read this round (gone is then unknown).
 
+A PlntBackend whose API stays silent for ``unreachable_after_s`` has its releases asked
+directly: each serving record is probed at its address (``GET /healthz``), and one that
+does not answer is reported down with reason ``BackendUnreachable``, which the watcher
+treats as lost (``spec.placement.failover`` replaces it elsewhere). One that answers is
+left serving: a silent API alone is not a loss.
+
 ``observation`` is the pure part; the Kubernetes reads and the KV writes are adapters
 (``adapters/kube_readiness.py``, ``adapters/kube_observations.py``).
 """
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +36,8 @@ log = get_logger(__name__)
 
 INTERVAL_S = 2.0
 """Between two rounds: how late a lost (or regained) readiness reaches the route."""
+UNREACHABLE_AFTER_S = 15.0
+"""How long a PlntBackend's API may be silent before its releases are probed directly."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,8 +60,9 @@ class ServiceState:
     not_ready: int = 0
 
 
-def observation(service: ServiceState) -> ObservedRelease | None:
-    """What the promoter should know of ``service``; None when it is not a plnt release."""
+def observation(service: ServiceState, *, backend: str) -> ObservedRelease | None:
+    """What the promoter should know of ``service`` (on PlntBackend ``backend``); None when
+    it is not a plnt release."""
     if not service.run_namespace or not service.revision:
         return None
     url = f"http://{service.name}.{service.namespace}.svc.cluster.local:{service.port}"
@@ -72,6 +83,35 @@ def observation(service: ServiceState) -> ObservedRelease | None:
         url=url,
         reason=reason,
         message=message,
+        backend_name=backend,
+    )
+
+
+def unreachable(record: ObservedRelease, *, silent_s: float, problem: str) -> ObservedRelease:
+    """``record`` once its PlntBackend's API has been silent ``silent_s`` seconds and its
+    runner answered the probe with ``problem`` ("" when it still serves)."""
+    api = f"the API of PlntBackend {record.backend_name!r} has not answered for {silent_s:.0f}s"
+    if not problem:
+        return record.model_copy(
+            update={
+                "phase": ReleasePhase.READY,
+                "reason": "",
+                "message": f"the runner answers at its address; {api}",
+            }
+        )
+    return record.model_copy(
+        update={
+            "phase": ReleasePhase.STARTING,
+            "reason": ServingReason.BACKEND_UNREACHABLE.value,
+            "message": f"{api} and {problem}",
+        }
+    )
+
+
+def probed(record: ObservedRelease) -> bool:
+    """A record the probe may confirm or refute: serving, or refuted by an earlier probe."""
+    return record.phase is ReleasePhase.READY or (
+        record.reason == ServingReason.BACKEND_UNREACHABLE.value
     )
 
 
@@ -105,6 +145,14 @@ class ObservationStore(Protocol):
     async def delete(self, *, namespace: str, release: str) -> None: ...
 
 
+class RunnerProbe(Protocol):
+    """Asks a runner itself (``adapters/runner_probe.py``)."""
+
+    async def problem(self, url: str) -> str:
+        """Why the runner at ``url`` does not serve; "" when it does."""
+        ...
+
+
 class HelmObserver:
     """Publishes what each Helm release's Service shows, every ``interval_s``."""
 
@@ -114,14 +162,22 @@ class HelmObserver:
         targets: KubernetesTargets,
         connector: Connector,
         store: ObservationStore,
+        probe: RunnerProbe,
         interval_s: float = INTERVAL_S,
+        unreachable_after_s: float = UNREACHABLE_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._targets = targets
         self._connector = connector
         self._store = store
+        self._probe = probe
         self._interval_s = interval_s
+        self._unreachable_after_s = unreachable_after_s
+        self._clock = clock
         self._published: dict[tuple[str, str], ObservedRelease | None] | None = None
         """What the store holds, as far as this observer knows (None: not read yet)."""
+        self._silent_since: dict[str, float] = {}
+        """PlntBackend -> when its API first failed to answer, in the current silence."""
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -137,8 +193,10 @@ class HelmObserver:
         """One round: read every kubernetes PlntBackend, write what changed."""
         if self._published is None:
             self._published = await self._store.stored()
-        seen, complete = await self._observe()
+        seen, silent = await self._observe()
         published = self._published
+        seen.update(await self._probed(silent, published))
+        complete = not silent
         for key, record in seen.items():
             if published.get(key) != record:
                 await self._store.put(record)
@@ -155,21 +213,46 @@ class HelmObserver:
                 await self._store.delete(namespace=key[0], release=key[1])
                 del published[key]
 
-    async def _observe(self) -> tuple[dict[tuple[str, str], ObservedRelease], bool]:
+    async def _observe(self) -> tuple[dict[tuple[str, str], ObservedRelease], dict[str, float]]:
+        """What the APIs show, and each PlntBackend whose API did not answer with how long
+        it has been silent."""
         seen: dict[tuple[str, str], ObservedRelease] = {}
-        complete = True
-        for name, spec in sorted((await self._targets.all()).items()):
-            if spec.kubernetes is None:
-                continue
+        silent: dict[str, float] = {}
+        now = self._clock()
+        kube = {n: s.kubernetes for n, s in (await self._targets.all()).items() if s.kubernetes}
+        for name in set(self._silent_since) - set(kube):
+            del self._silent_since[name]  # deleted PlntBackends are not silent
+        for name, target in sorted(kube.items()):
             try:
-                conn = await self._connector.connect(backend_name=name, target=spec.kubernetes)
+                conn = await self._connector.connect(backend_name=name, target=target)
                 services = await conn.deployments.services(namespace=conn.namespace)
             except PlntError as exc:
                 log.warning("helm_observer.backend_unreadable", backend=name, error=str(exc))
-                complete = False
+                silent[name] = now - self._silent_since.setdefault(name, now)
                 continue
+            self._silent_since.pop(name, None)
             for service in services:
-                record = observation(service)
+                record = observation(service, backend=name)
                 if record is not None:
                     seen[(record.namespace, record.release)] = record
-        return seen, complete
+        return seen, silent
+
+    async def _probed(
+        self,
+        silent: dict[str, float],
+        published: dict[tuple[str, str], ObservedRelease | None],
+    ) -> dict[tuple[str, str], ObservedRelease]:
+        """The published records of PlntBackends silent for ``unreachable_after_s``, each
+        as its runner's own answer says."""
+        asked = [
+            (key, record, silent[record.backend_name])
+            for key, record in published.items()
+            if record is not None
+            and silent.get(record.backend_name, 0.0) >= self._unreachable_after_s
+            and probed(record)
+        ]
+        problems = await asyncio.gather(*(self._probe.problem(r.url) for _, r, _ in asked))
+        return {
+            key: unreachable(record, silent_s=silent_s, problem=problem)
+            for (key, record, silent_s), problem in zip(asked, problems, strict=True)
+        }

@@ -50,6 +50,13 @@ class InstallerSettings(CommonSettings):
         description="How soon a canary that fits no node (the run Pending, NoCapacity) "
         "is tried again.",
     )
+    backend_unreachable_after_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How long a kubernetes PlntBackend's API may stay silent before its "
+        "releases are probed at their address (GET /healthz); one that does not answer is "
+        "reported down, reason BackendUnreachable (lost, for spec.placement.failover).",
+    )
     backends: Literal["embedded", "kubernetes"] = Field(
         default="embedded",
         description="Where the Helm backend finds kubernetes PlntBackends (to locate a "

@@ -1,8 +1,9 @@
 """Replacing a lost runner on the next backend that fits (``spec.placement.failover``).
 
 A run whose backend reports its runner (or, with ``spread`` above 1, one copy) lost,
-``RunnerFailed`` (the backend gave up restarting it) or ``NoReadyPods`` (no pod of the
-release is ready), for ``lost_after_s`` gets a new saga of the same generation. Its
+``RunnerFailed`` (the backend gave up restarting it), ``NoReadyPods`` (no pod of the
+release is ready) or ``BackendUnreachable`` (its cluster's API is silent and the runner
+does not answer either), for ``lost_after_s`` gets a new saga of the same generation. Its
 ``run.requested`` names the lost backends (``lost``) and the ones whose copy keeps
 serving (``kept``): the puller passes over both, the installer places the missing copies
 on the next backends with room, the smoke test checks them and the promoter promotes them
@@ -35,7 +36,13 @@ from plnt_watcher.serving import Serving
 
 log = get_logger(__name__)
 
-LOST_REASONS = frozenset({ServingReason.RUNNER_FAILED.value, ServingReason.NO_READY_PODS.value})
+LOST_REASONS = frozenset(
+    {
+        ServingReason.RUNNER_FAILED.value,
+        ServingReason.NO_READY_PODS.value,
+        ServingReason.BACKEND_UNREACHABLE.value,
+    }
+)
 """Serving reasons that mean the backend will not bring the runner back by itself soon;
 ``RunnerStarting`` (a restart under way) is not one."""
 CHECK_INTERVAL_S = 1.0

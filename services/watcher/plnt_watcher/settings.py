@@ -54,7 +54,8 @@ class WatcherSettings(CommonSettings):
         default=30.0,
         gt=0,
         description="How long a run with spec.placement.failover may have its runner "
-        "reported lost (RunnerFailed, NoReadyPods) before it is replaced on the next "
+        "reported lost (RunnerFailed, NoReadyPods, BackendUnreachable) before it is replaced "
+        "on the next "
         "backend that fits.",
     )
 
