@@ -87,10 +87,11 @@ def observation(service: ServiceState, *, backend: str) -> ObservedRelease | Non
     )
 
 
-def unreachable(record: ObservedRelease, *, silent_s: float, problem: str) -> ObservedRelease:
-    """``record`` once its PlntBackend's API has been silent ``silent_s`` seconds and its
-    runner answered the probe with ``problem`` ("" when it still serves)."""
-    api = f"the API of PlntBackend {record.backend_name!r} has not answered for {silent_s:.0f}s"
+def unreachable(record: ObservedRelease, *, after_s: float, problem: str) -> ObservedRelease:
+    """``record`` once its PlntBackend's API has been silent over ``after_s`` seconds and
+    its runner answered the probe with ``problem`` ("" when it still serves). The message
+    stays the same while nothing changes, so a long silence writes nothing new."""
+    api = f"the API of PlntBackend {record.backend_name!r} has not answered for over {after_s:g}s"
     if not problem:
         return record.model_copy(
             update={
@@ -245,14 +246,14 @@ class HelmObserver:
         """The published records of PlntBackends silent for ``unreachable_after_s``, each
         as its runner's own answer says."""
         asked = [
-            (key, record, silent[record.backend_name])
+            (key, record)
             for key, record in published.items()
             if record is not None
             and silent.get(record.backend_name, 0.0) >= self._unreachable_after_s
             and probed(record)
         ]
-        problems = await asyncio.gather(*(self._probe.problem(r.url) for _, r, _ in asked))
+        problems = await asyncio.gather(*(self._probe.problem(r.url) for _, r in asked))
         return {
-            key: unreachable(record, silent_s=silent_s, problem=problem)
-            for (key, record, silent_s), problem in zip(asked, problems, strict=True)
+            key: unreachable(record, after_s=self._unreachable_after_s, problem=problem)
+            for (key, record), problem in zip(asked, problems, strict=True)
         }
