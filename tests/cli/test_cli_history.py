@@ -6,21 +6,11 @@ from plnt_common.events import (
     CanaryInstalled,
     CanaryRef,
     EventType,
-    RunSnapshot,
     SpreadRelease,
     new_event,
 )
-from plnt_common.resources import WorkflowRunSpec
+from plnt_testkit.events import WALKED_RUN as RUN
 
-SPEC = WorkflowRunSpec.model_validate(
-    {
-        "workflow": {"ref": "wf@2.0.0", "registry": "file:///registry"},
-        "backend": {"gpuClass": "a100", "gpuCount": 1},
-        "placement": {"backends": ["east", "west"], "spread": 2},
-        "canary": {"trafficPercent": 5, "steps": [50], "stepInterval": "2s"},
-    }
-)
-RUN = RunSnapshot(namespace="default", name="wf", generation=2, spec=SPEC)
 EAST = CanaryRef(
     revision="2.0.0-g2", release="wf-g2", url="http://east:1", backend="east", walk=("east", "west")
 )

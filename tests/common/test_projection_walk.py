@@ -27,18 +27,11 @@ from plnt_common.events import (
     saga_id,
 )
 from plnt_common.projection import ProjectionFold
-from plnt_common.resources import AnalysisStatus, PlacementEntry, WorkflowRunSpec
+from plnt_common.resources import AnalysisStatus, PlacementEntry
 from plnt_common.status import Phase, Reason
+from plnt_testkit.events import WALKED_RUN as RUN
+from plnt_testkit.events import WALKED_SPEC as SPEC
 
-SPEC = WorkflowRunSpec.model_validate(
-    {
-        "workflow": {"ref": "wf@2.0.0", "registry": "file:///registry"},
-        "backend": {"gpuClass": "a100", "gpuCount": 1},
-        "placement": {"backends": ["east", "west"], "spread": 2},
-        "canary": {"trafficPercent": 5, "steps": [50], "stepInterval": "2s"},
-    }
-)
-RUN = RunSnapshot(namespace="default", name="wf", generation=2, spec=SPEC)
 WALK = ("east", "west")
 EAST = CanaryRef(revision="2.0.0-g2", release="wf-g2", url="http://east", backend="east", walk=WALK)
 WEST = SpreadRelease(backend="west", release="wf-g2-west", url="http://west")

@@ -597,8 +597,7 @@ class InstallerHandlers:
             log.info("canary.removed", release=release, was_present=removed)
             SIDE_EFFECTS.labels(SERVICE, "canary_removal").inc(int(removed))
         if silent:
-            delivery.defer(UNREADABLE_RETRY_S)
-            log.warning("canary.removal_waits", backends=list(silent), retry_s=UNREADABLE_RETRY_S)
+            _come_back_for(silent, delivery, "canary.removal_waits")
             return
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         stable = logic.stable_revision(releases, excluding_saga=event.sagaid)
@@ -644,9 +643,7 @@ class InstallerHandlers:
         if silent:
             # what the silent PlntBackends hold is promoted or retired once they answer
             # again (a lost cluster's copy is retired when it returns, never before)
-            retry_s = min(delivery.deferred_s or UNREADABLE_RETRY_S, UNREADABLE_RETRY_S)
-            delivery.defer(retry_s)
-            log.warning("release.retirement_deferred", backends=list(silent), retry_s=retry_s)
+            _come_back_for(silent, delivery, "release.retirement_deferred")
 
     async def _promote(
         self,
@@ -746,13 +743,8 @@ class InstallerHandlers:
                 timeout_s=self._uninstall_timeout_s,
             )
         if silent:
-            delivery.defer(UNREADABLE_RETRY_S)
-            log.warning(
-                "run.removal_waits",
-                backends=list(silent),
-                removed=[release.release for _, release in held],
-                retry_s=UNREADABLE_RETRY_S,
-            )
+            seen = [release.release for _, release in held]
+            _come_back_for(silent, delivery, "run.removal_waits", removed=seen)
             return
         # a retry after a removal timed out: what that attempt asked to remove is no longer
         # held, but the run is removed only once every backend confirmed it
@@ -769,3 +761,13 @@ class InstallerHandlers:
             follow_up(event, EventType.RUN_REMOVED, removed, source=SERVICE)
         )
         log.info("run.removed", releases=len(names))
+
+
+def _come_back_for(
+    silent: tuple[str, ...], delivery: Delivery, event: str, **fields: object
+) -> None:
+    """Have the event delivered again for what the ``silent`` PlntBackends hold, within
+    ``UNREADABLE_RETRY_S`` (sooner than a later check it was deferred to already)."""
+    retry_s = min(delivery.deferred_s or UNREADABLE_RETRY_S, UNREADABLE_RETRY_S)
+    delivery.defer(retry_s)
+    log.warning(event, backends=list(silent), retry_s=retry_s, **fields)
