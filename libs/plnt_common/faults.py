@@ -11,14 +11,16 @@ local backend, ``runner``. Points:
 message of a killed step comes back in seconds.
 
 An armed point parks once: the first handler to reach it creates
-``<PLNT_FAULT_REPORT_DIR>/<service>.<step>.<point>`` holding its pid (so a test knows
-whom to kill), logs ``fault.parked`` and waits for ever; every later arrival, in this
+``<PLNT_FAULT_REPORT_DIR>/<service>.<step>.<point>`` holding its pid, whole from the
+moment it appears (so a test knows whom to kill; hidden files there are reports being
+written), logs ``fault.parked`` and waits for ever; every later arrival, in this
 process or a restarted one, passes. Unset, every hook returns at once. Read once, on
 import; a bad value exits naming it. Not for production use.
 """
 
 import asyncio
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,11 +105,16 @@ async def pause_point(service: str, step: str, point: str) -> None:
     if armed is None or (service, step, point) not in armed.points:
         return
     marker = armed.report_dir / f"{service}.{step}.{point}"
+    # The pid is written aside and linked in whole: a process killed for another of its
+    # parked steps between claiming the marker and writing its pid would otherwise leave
+    # an empty marker, a point no one reports and every later arrival passes.
+    report = armed.report_dir / f".{marker.name}.{os.getpid()}.{uuid.uuid4().hex}"
+    report.write_text(str(os.getpid()))
     try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.link(report, marker)
     except FileExistsError:
         return  # parked once already (the test killed that process): pass
-    with os.fdopen(fd, "w") as report:
-        report.write(str(os.getpid()))
+    finally:
+        report.unlink()
     log.warning("fault.parked", service=service, step=step, point=point, pid=os.getpid())
     await asyncio.Event().wait()

@@ -91,6 +91,35 @@ async def test_an_armed_point_parks_once_and_reports_its_pid(
     parked.cancel()
 
 
+class Killed(BaseException):
+    """A SIGKILL arriving mid-report, as a process parked at another point is killed."""
+
+
+async def test_a_process_killed_while_reporting_leaves_the_point_to_the_next_arrival(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        faults, "_armed", ArmedFaults(frozenset({("smoke", "x", "after_effect")}), tmp_path)
+    )
+    real_getpid = os.getpid
+
+    def killed_once() -> int:
+        monkeypatch.setattr(faults.os, "getpid", real_getpid)
+        raise Killed
+
+    monkeypatch.setattr(faults.os, "getpid", killed_once)
+    with pytest.raises(Killed):
+        await faults.pause_point("smoke", "x", "after_effect")
+    marker = tmp_path / "smoke.x.after_effect"
+    assert not marker.exists(), "an empty marker: the point would pass unreported for ever"
+
+    parked = asyncio.create_task(faults.pause_point("smoke", "x", "after_effect"))
+    await asyncio.sleep(0.1)
+    assert not parked.done()
+    assert marker.read_text() == str(real_getpid())
+    parked.cancel()
+
+
 async def test_unarmed_hooks_return_at_once() -> None:
     assert faults._armed is None
     await asyncio.wait_for(faults.pause_point("installer", "spec.pulled", "after_effect"), 1)

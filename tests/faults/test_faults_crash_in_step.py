@@ -121,13 +121,15 @@ async def kill_every_parked_step(
     every expected point was killed, or ``stop``."""
     killed: dict[str, int] = {}
     while not stop.is_set() and set(killed) != expected:
-        for marker in await asyncio.to_thread(lambda: list(parked.iterdir())):
-            pid_text = marker.read_text()
-            if marker.name in killed or not pid_text:
+        # a marker appears whole; a hidden file is a report still being written
+        markers = await asyncio.to_thread(lambda: list(parked.glob("[!.]*")))
+        for marker in markers:
+            if marker.name in killed:
                 continue
-            killed[marker.name] = int(pid_text)
-            with contextlib.suppress(ProcessLookupError):  # parked twice, killed already
-                os.kill(int(pid_text), signal.SIGKILL)
+            killed[marker.name] = int(marker.read_text())
+            # a process parked at two points at once is killed for the first it reported
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(killed[marker.name], signal.SIGKILL)
         await asyncio.sleep(0.05)
     return killed
 
