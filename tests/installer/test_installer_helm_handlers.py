@@ -30,6 +30,7 @@ from plnt_common.events import (
     RunDeleted,
     RunFailed,
     RunReady,
+    RunReverted,
     SpecPulled,
     new_event,
 )
@@ -488,3 +489,36 @@ async def test_compensation_removes_the_canary_it_sees_and_ends_once_a_silent_cl
     [(kind, data)] = await _published(bus)
     assert kind is EventType.RUN_ROLLED_BACK
     assert data["stable_revision"] == stable.revision
+
+
+async def test_a_revert_retires_the_reverted_copy_it_sees_and_comes_back_for_a_silent_one(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
+) -> None:
+    # generation 2 was promoted on two clusters, generation 1 kept; the far one goes silent
+    kept, here = _release(1, role=ReleaseRole.PREVIOUS), _release(2, role=ReleaseRole.STABLE)
+    far = here.model_copy(update={"release": f"{here.release}-far"})
+    local.held = {kept.release: kept, here.release: here}
+    kube.silent = {far.release: far}
+    reverted = _event(
+        EventType.RUN_REVERTED,
+        RunReverted(
+            revision=kept.revision,
+            reverted_revision=here.revision,
+            reason=Reason.ROLLBACK_REQUESTED,
+        ),
+        generation=2,
+    )
+
+    first = _delivery()
+    await handlers.handle(reverted, first)
+
+    # the kept release serves again and the reverted copy in sight goes at once
+    assert local.calls == [f"install {kept.release} stable", f"uninstall {here.release}"]
+    assert first.deferred_s == UNREADABLE_RETRY_S
+    kube.answers_again()
+    again = _delivery()
+    await handlers.handle(reverted, again)
+
+    assert kube.calls == [f"uninstall {far.release}"]
+    assert kube.held == {}
+    assert again.deferred_s is None

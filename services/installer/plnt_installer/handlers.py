@@ -94,7 +94,7 @@ class InstallerHandlers:
             case EventType.RUN_READY:
                 await self._retire_old(event, delivery)
             case EventType.RUN_REVERTED:
-                await self._retire_reverted(event)
+                await self._retire_reverted(event, delivery)
             case EventType.RUN_DELETED:
                 await self._remove_all(event, delivery)
 
@@ -717,19 +717,23 @@ class InstallerHandlers:
             SIDE_EFFECTS.labels(SERVICE, "release_retirement").inc()
             log.info("release.retired", release=old.release, revision=old.revision)
 
-    async def _retire_reverted(self, event: Envelope) -> None:
-        """The reverted revision's release goes; the kept one serves again as the stable."""
+    async def _retire_reverted(self, event: Envelope, delivery: Delivery) -> None:
+        """The reverted revision's release goes; the kept one serves again as the stable.
+        The route left the reverted revision before this event: where a PlntBackend's API
+        is silent, the event comes back for its releases once it answers."""
         data: RunReverted = event.payload()
         latest, _ = await latest_saga(self._bus, event.namespace, event.name)
         if latest and latest != event.sagaid:
             # a newer saga (a generation, a deletion) owns the run's releases now
             log.info("saga.revert_superseded", latest=latest)
             return
-        held = await self._held(event.namespace, event.name)
+        held, silent = await self._held_reachable(event.namespace, event.name)
         for backend, release in held:
             if release.revision == data.revision and release.role is not ReleaseRole.STABLE:
                 await backend.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
         await self._retire(held, [r for _, r in held if r.revision == data.reverted_revision])
+        if silent:
+            _come_back_for(silent, delivery, "release.retirement_deferred")
 
     async def _remove_all(self, event: Envelope, delivery: Delivery) -> None:
         """Remove every release of the run; run.removed once every PlntBackend confirmed.
