@@ -82,6 +82,8 @@ class EventType(StrEnum):
     """Terminal: traffic moved back to the kept previous revision (guard or rollback)."""
     CAPACITY_AWAITED = "capacity.awaited"
     """No node has the GPUs the canary needs: the run is Pending until capacity frees."""
+    BACKEND_AWAITED = "backend.awaited"
+    """A rollback or a deletion waits for a silent PlntBackend's API (status only)."""
 
     @property
     def cloudevents_type(self) -> str:
@@ -409,6 +411,21 @@ class CapacityAwaited(_Data):
     )
 
 
+class BackendAwaited(_Data):
+    """A rollback or a deletion removed what it could see and waits for PlntBackends whose
+    API is silent: the run's releases there are unknown. Published when what it waits for
+    or what it removed changes; the event comes back to the installer until they answer."""
+
+    backends: tuple[str, ...] = Field(description="The silent PlntBackends.")
+    removed: tuple[str, ...] = Field(
+        default=(), description="Releases removed so far where the backends answered."
+    )
+    deleting: bool = Field(default=False, description="A deletion waits (else a rollback).")
+    message: str = Field(
+        examples=["PlntBackend 'gpu-far' has not answered; the run's releases there are unknown"]
+    )
+
+
 class OperatorRequest(_Data):
     """An operator's promote, abort or rollback: from `plnt` or a kubectl annotation."""
 
@@ -447,6 +464,7 @@ EVENT_DATA: dict[EventType, type[_Data]] = {
     EventType.RUN_REMOVED: RunRemoved,
     EventType.STEP_TIMED_OUT: StepTimedOut,
     EventType.CAPACITY_AWAITED: CapacityAwaited,
+    EventType.BACKEND_AWAITED: BackendAwaited,
     EventType.PROMOTE_REQUESTED: OperatorRequest,
     EventType.ABORT_REQUESTED: OperatorRequest,
     EventType.ROLLBACK_REQUESTED: OperatorRequest,

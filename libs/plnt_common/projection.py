@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from plnt_common.events import (
     AnalysisVerdict,
+    BackendAwaited,
     CanaryInstalled,
     CanaryStepped,
     CapacityAwaited,
@@ -58,6 +59,7 @@ STEP_RANK: dict[EventType, int] = {
     EventType.ANALYSIS_FAILED: 6,
     EventType.STEP_TIMED_OUT: 6,
     EventType.ROUTE_RESTORED: 7,
+    EventType.BACKEND_AWAITED: 7,  # a deletion's ranks with run.deleted (``_rank``)
     EventType.RUN_READY: 9,
     EventType.RUN_ROLLED_BACK: 9,
     EventType.RUN_FAILED: 9,
@@ -84,6 +86,8 @@ OPENING_EVENTS = frozenset({EventType.RUN_REQUESTED, EventType.RUN_DELETED})
 
 
 def _rank(event: Envelope) -> int:
+    if event.event_type is EventType.BACKEND_AWAITED and event.payload().deleting:
+        return STEP_RANK[EventType.RUN_DELETED]
     if event.event_type in WALK_RANK:
         data: CanaryInstalled | SmokeVerdict = event.payload()
         if data.continues_walk():
@@ -771,6 +775,12 @@ def _capacity_awaited(current: _Draft, event: Envelope) -> dict[str, object]:
     }
 
 
+def _backend_awaited(current: _Draft, event: Envelope) -> dict[str, object]:
+    """The message only: the run stays RollingBack (or Deleting) until the wait ends."""
+    data: BackendAwaited = event.payload()
+    return {"status": {"message": data.message}}
+
+
 def _deleted(current: _Draft, event: Envelope) -> dict[str, object]:
     return {
         "deleting": True,
@@ -808,4 +818,5 @@ _STEP_UPDATES = {
     EventType.ROLLBACK_REQUESTED: _requested_by_operator,
     EventType.RUN_REVERTED: _reverted,
     EventType.CAPACITY_AWAITED: _capacity_awaited,
+    EventType.BACKEND_AWAITED: _backend_awaited,
 }

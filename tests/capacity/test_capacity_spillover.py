@@ -137,3 +137,23 @@ async def test_twenty_runs_over_two_backends_of_four_install_exactly_eight(
         ("east", "Skipped"),
         ("west", "Skipped"),
     ]
+
+
+async def test_a_pending_run_whose_reason_changes_says_the_new_one(
+    bus: Bus, local_backend: None, handlers: InstallerHandlers
+) -> None:
+    def needing(gpus: int) -> WorkflowRunSpec:
+        return SPEC.model_copy(
+            update={"backend": SPEC.backend.model_copy(update={"gpu_count": gpus})}
+        )
+
+    big = placed_event("big", needing(3), ("east", local(2)))
+    assert await deliver(handlers, [big]) == ["big"]
+    assert await deliver(handlers, [placed_event("small", needing(1), ("east", local(2)))]) == []
+    assert await deliver(handlers, [big]) == ["big"]
+
+    said = [e.payload().message for e in await events_of(bus, EventType.CAPACITY_AWAITED)]
+    assert said == [
+        "PlntBackend 'east': no node has 3 free nvidia.com/gpu (largest 2)",
+        "PlntBackend 'east': no node has 3 free nvidia.com/gpu (largest 1)",
+    ]

@@ -7,6 +7,7 @@ import pytest
 
 from plnt_common.events import (
     AnalysisVerdict,
+    BackendAwaited,
     CanaryInstalled,
     CanaryRef,
     CanaryStepped,
@@ -328,6 +329,9 @@ def random_data(
         EventType.CAPACITY_AWAITED: lambda: CapacityAwaited(
             backend="gpu", gpu_class="a100", needed=2, largest_free=1, message="no node"
         ),
+        EventType.BACKEND_AWAITED: lambda: BackendAwaited(
+            backends=("gpu-far",), deleting=rng.random() < 0.5, message="waiting for gpu-far"
+        ),
     }
     return payloads[kind]()
 
@@ -589,6 +593,30 @@ def test_a_deletion_says_what_it_removes_and_the_removal_says_it_is_done() -> No
     # a removal seen without its deletion (replayed from the middle) still reads as deleting
     alone = apply_event(fold(happy_saga()), event(EventType.RUN_REMOVED, RunRemoved(), attempt=2))
     assert (alone.deleting, alone.removed) == (True, True)
+
+
+def test_a_rollback_or_a_deletion_waiting_for_a_silent_cluster_says_so_in_its_status() -> None:
+    waiting = "waiting for the API of PlntBackend 'gpu-far' to answer"
+    restored = event(
+        EventType.ROUTE_RESTORED, RouteRestored(revision="1.0.0-g1", reason=Reason.SMOKE_FAILED)
+    )
+    rolling_back = apply_event(smoked(), restored)
+    awaited = BackendAwaited(backends=("gpu-far",), message=waiting)
+    held = apply_event(rolling_back, event(EventType.BACKEND_AWAITED, awaited))
+    assert (held.status.phase, held.status.message) == (Phase.ROLLING_BACK, waiting)
+    ended = apply_event(
+        held,
+        event(
+            EventType.RUN_FAILED,
+            RunFailed(reason=Reason.SMOKE_FAILED, message="p95", phase=Phase.ROLLING_BACK),
+        ),
+    )
+    assert ended.status.message != waiting
+    # a deletion's wait ranks with the deletion: not stale after it, and still Deleting
+    deleted = apply_event(fold(happy_saga()), event(EventType.RUN_DELETED, RunDeleted(), attempt=2))
+    deleting = awaited.model_copy(update={"deleting": True})
+    held = apply_event(deleted, event(EventType.BACKEND_AWAITED, deleting, attempt=2))
+    assert (held.status.phase, held.status.message) == (Phase.DELETING, waiting)
 
 
 def test_a_failed_smoke_test_rolls_back_with_its_reason() -> None:

@@ -42,8 +42,9 @@ from plnt_common.releases import (
     ReleaseRole,
 )
 from plnt_common.status import Phase, Reason
-from plnt_installer.handlers import UNREADABLE_RETRY_S, InstallerHandlers
+from plnt_installer.handlers import InstallerHandlers
 from plnt_installer.ports import ReleasesUnreadable
+from plnt_installer.silent_backends import UNREADABLE_RETRY_S
 
 SILENT = "gpu-far"
 """The kubernetes PlntBackend whose API stops answering."""
@@ -67,6 +68,8 @@ class MemoryBackend:
         """The timeout of each wait_ready."""
         self.silent: dict[str, DesiredRelease] = {}
         """Releases on a cluster whose API does not answer: unlisted, out of reach."""
+        self.silent_name = SILENT
+        """The PlntBackend named silent while ``silent`` holds releases."""
 
     async def install(self, release: DesiredRelease, *, pulled: SpecPulled | None = None) -> None:
         self.calls.append(f"install {release.release} {release.role.value}")
@@ -113,7 +116,7 @@ class MemoryBackend:
             key=lambda r: r.release,
         )
         if self.silent:
-            raise ReleasesUnreadable(found=found, backends=(SILENT,))
+            raise ReleasesUnreadable(found=found, backends=(self.silent_name,))
         return found
 
     def answers_again(self) -> None:
@@ -441,18 +444,27 @@ async def test_a_deletion_removes_what_answers_and_reports_the_run_removed_once_
 
     first = _delivery()
     await handlers.handle(deleted, first)
+    await handlers.handle(deleted, _delivery())  # the same wait: said once
 
     assert (local.held, kube.calls) == ({}, [])
     assert first.deferred_s == UNREADABLE_RETRY_S
-    assert await _published(bus) == []  # not removed while a cluster may hold a release
+    # not removed while a cluster may hold a release; the status says why
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.BACKEND_AWAITED
+    assert (data["backends"], data["removed"], data["deleting"]) == ([SILENT], [here.release], True)
+    assert data["message"].startswith(
+        f"waiting for the API of PlntBackend '{SILENT}' to answer, to remove the run's releases"
+    )
     kube.answers_again()
     again = _delivery()
     await handlers.handle(deleted, again)
 
     assert kube.calls == [f"uninstall {far.release}"]
     assert again.deferred_s is None
-    [(kind, data)] = await _published(bus)
-    assert (kind, data["releases_removed"]) == (EventType.RUN_REMOVED, [far.release])
+    (_, _), (kind, data) = await _published(bus)
+    # every release the deletion removed, the earlier deliveries' too
+    assert kind is EventType.RUN_REMOVED
+    assert sorted(data["releases_removed"]) == sorted([far.release, here.release])
 
 
 async def test_compensation_removes_the_canary_it_sees_and_ends_once_a_silent_cluster_answers(
@@ -479,14 +491,21 @@ async def test_compensation_removes_the_canary_it_sees_and_ends_once_a_silent_cl
     # removed where it is; not ended while the stable (or another copy) may be out of sight
     assert (local.held, kube.calls) == ({}, [])
     assert first.deferred_s == UNREADABLE_RETRY_S
-    assert await _published(bus) == []
+    [(kind, data)] = await _published(bus)
+    assert kind is EventType.BACKEND_AWAITED
+    assert (data["backends"], data["removed"], data["deleting"]) == (
+        [SILENT],
+        [canary.release],
+        False,
+    )
+    assert "to remove the canary there" in data["message"]
     kube.answers_again()
     again = _delivery()
     await handlers.handle(failed, again)
 
     assert kube.held == {stable.release: stable}
     assert again.deferred_s is None
-    [(kind, data)] = await _published(bus)
+    (_, _), (kind, data) = await _published(bus)
     assert kind is EventType.RUN_ROLLED_BACK
     assert data["stable_revision"] == stable.revision
 
@@ -522,3 +541,26 @@ async def test_a_revert_retires_the_reverted_copy_it_sees_and_comes_back_for_a_s
     assert kube.calls == [f"uninstall {far.release}"]
     assert kube.held == {}
     assert again.deferred_s is None
+
+
+async def test_a_deletion_says_again_what_it_waits_for_when_one_of_two_silent_clusters_answers(
+    bus: Bus, handlers: InstallerHandlers, local: MemoryBackend, kube: MemoryBackend
+) -> None:
+    near, far = _release(2), _release(1, role=ReleaseRole.STABLE)
+    local.silent, local.silent_name = {near.release: near}, "gpu-near"
+    kube.silent = {far.release: far}
+    deleted = _event(EventType.RUN_DELETED, RunDeleted(), generation=3)
+
+    await handlers.handle(deleted, _delivery())
+    local.answers_again()
+    await handlers.handle(deleted, _delivery())
+    kube.answers_again()
+    await handlers.handle(deleted, _delivery())
+
+    published = await _published(bus)
+    assert [(kind, data.get("backends"), data.get("removed")) for kind, data in published] == [
+        (EventType.BACKEND_AWAITED, ["gpu-near", SILENT], []),
+        (EventType.BACKEND_AWAITED, [SILENT], [near.release]),
+        (EventType.RUN_REMOVED, None, None),
+    ]
+    assert sorted(published[-1][1]["releases_removed"]) == sorted([near.release, far.release])

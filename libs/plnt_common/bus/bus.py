@@ -11,6 +11,7 @@ the store and the setting when its deadline passes, never a bare ``ServiceUnavai
 """
 
 import asyncio
+import hashlib
 from dataclasses import dataclass
 
 from nats.aio.client import Client
@@ -78,6 +79,12 @@ def message_id(envelope: Envelope, step: str = "") -> str:
     """``<sagaid>.<type>[.<step>]``: one id per saga step, so a republish is a duplicate."""
     base = f"{envelope.sagaid}.{envelope.event_type.value}"
     return f"{base}.{step}" if step else base
+
+
+def content_step(*parts: str) -> str:
+    """A ``step`` for events a saga may publish more than once with news (a wait's
+    reason): the same content is a duplicate, a change is published."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 @dataclass

@@ -41,6 +41,7 @@ CONSUMES = (
 EMITS = (
     EventType.CANARY_INSTALLED,
     EventType.CAPACITY_AWAITED,
+    EventType.BACKEND_AWAITED,
     EventType.INSTALL_FAILED,
     EventType.RUN_FAILED,
     EventType.RUN_ROLLED_BACK,

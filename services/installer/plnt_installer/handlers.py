@@ -4,7 +4,7 @@ import asyncio
 import time
 
 from plnt_common import faults
-from plnt_common.bus.bus import Bus
+from plnt_common.bus.bus import Bus, content_step
 from plnt_common.bus.consumer import Delivery
 from plnt_common.bus.saga import latest_saga, observe_saga
 from plnt_common.bus.saga_events import last_of_saga
@@ -41,6 +41,7 @@ from plnt_installer import keep, logic
 from plnt_installer.capacity import Refusal
 from plnt_installer.placement import Placements
 from plnt_installer.ports import ReleaseBackend, ReleasesUnreadable
+from plnt_installer.silent_backends import come_back_for, removed_while_waiting, wait_to_end
 
 log = get_logger(__name__)
 SERVICE = "installer"
@@ -49,9 +50,6 @@ Serving = tuple[ReleaseBackend, SpecPulled, DesiredRelease, ObservedRelease]
 COMPENSATED_TIMEOUTS = {Phase.PULLING.value, Phase.INSTALLING.value}
 CAPACITY_RETRY_S = 5.0
 """How soon a canary that fits no node is tried again (the capacity view's refresh)."""
-UNREADABLE_RETRY_S = 15.0
-"""How soon a promotion, a compensation or a removal comes back for the releases of
-PlntBackends whose API was silent."""
 
 
 class InstallerHandlers:
@@ -436,7 +434,8 @@ class InstallerHandlers:
             placement=placement,
         )
         await self._bus.publish(
-            follow_up(event, EventType.CAPACITY_AWAITED, awaited, source=SERVICE)
+            follow_up(event, EventType.CAPACITY_AWAITED, awaited, source=SERVICE),
+            step=content_step(message),  # a new reason is news, not a duplicate
         )
         self._awaited[event.sagaid] = message
         log.info("canary.pending", reason=Reason.NO_CAPACITY.value, message=message)
@@ -589,15 +588,17 @@ class InstallerHandlers:
         if not mine and not silent:
             # not listed anywhere: removal is idempotent, so every backend makes sure
             mine = [(backend, None) for backend in self._backends.values()]
+        removed: list[str] = []
         for backend, canary in mine:
             release = canary.release if canary else unlisted
-            removed = await backend.uninstall(
+            was_present = await backend.uninstall(
                 namespace=event.namespace, release=release, timeout_s=self._uninstall_timeout_s
             )
-            log.info("canary.removed", release=release, was_present=removed)
-            SIDE_EFFECTS.labels(SERVICE, "canary_removal").inc(int(removed))
+            log.info("canary.removed", release=release, was_present=was_present)
+            SIDE_EFFECTS.labels(SERVICE, "canary_removal").inc(int(was_present))
+            removed += [release] if was_present else []
         if silent:
-            _come_back_for(silent, delivery, "canary.removal_waits")
+            await wait_to_end(self._bus, event, delivery, silent, removed, deleting=False)
             return
         await faults.pause_point(SERVICE, event.event_type.value, "after_effect")
         stable = logic.stable_revision(releases, excluding_saga=event.sagaid)
@@ -643,7 +644,7 @@ class InstallerHandlers:
         if silent:
             # what the silent PlntBackends hold is promoted or retired once they answer
             # again (a lost cluster's copy is retired when it returns, never before)
-            _come_back_for(silent, delivery, "release.retirement_deferred")
+            come_back_for(silent, delivery, "release.retirement_deferred")
 
     async def _promote(
         self,
@@ -733,7 +734,7 @@ class InstallerHandlers:
                 await backend.install(release.model_copy(update={"role": ReleaseRole.STABLE}))
         await self._retire(held, [r for _, r in held if r.revision == data.reverted_revision])
         if silent:
-            _come_back_for(silent, delivery, "release.retirement_deferred")
+            come_back_for(silent, delivery, "release.retirement_deferred")
 
     async def _remove_all(self, event: Envelope, delivery: Delivery) -> None:
         """Remove every release of the run; run.removed once every PlntBackend confirmed.
@@ -746,13 +747,13 @@ class InstallerHandlers:
                 release=release.release,
                 timeout_s=self._uninstall_timeout_s,
             )
+        names = [release.release for _, release in held]
         if silent:
-            seen = [release.release for _, release in held]
-            _come_back_for(silent, delivery, "run.removal_waits", removed=seen)
+            await wait_to_end(self._bus, event, delivery, silent, names, deleting=True)
             return
+        names += [n for n in await removed_while_waiting(self._bus, event) if n not in names]
         # a retry after a removal timed out: what that attempt asked to remove is no longer
         # held, but the run is removed only once every backend confirmed it
-        names = [release.release for _, release in held]
         namespace = event.namespace
         for backend in self._backends.values():
             for name in await backend.still_removing(namespace=namespace, run_name=event.name):
@@ -765,13 +766,3 @@ class InstallerHandlers:
             follow_up(event, EventType.RUN_REMOVED, removed, source=SERVICE)
         )
         log.info("run.removed", releases=len(names))
-
-
-def _come_back_for(
-    silent: tuple[str, ...], delivery: Delivery, event: str, **fields: object
-) -> None:
-    """Have the event delivered again for what the ``silent`` PlntBackends hold, within
-    ``UNREADABLE_RETRY_S`` (sooner than a later check it was deferred to already)."""
-    retry_s = min(delivery.deferred_s or UNREADABLE_RETRY_S, UNREADABLE_RETRY_S)
-    delivery.defer(retry_s)
-    log.warning(event, backends=list(silent), retry_s=retry_s, **fields)
