@@ -29,7 +29,33 @@ STEP_LABELS: dict[EventType, str] = {
     EventType.RUN_FAILED: "Failed",
     EventType.RUN_DELETED: "deleting routes and releases",
     EventType.RUN_REMOVED: "removed",
+    EventType.SHADOW_STARTED: "shadowing: live calls mirrored to the canary",
+    EventType.SHADOW_CHECKED: "shadow figures so far",
+    EventType.SHADOW_PASSED: "shadow passed",
+    EventType.SHADOW_FAILED: "shadow failed, rolling back",
+    EventType.CANARY_STEPPED: "canary at its next step's weight",
+    EventType.ANALYSIS_PASSED: "step passed",
+    EventType.ANALYSIS_FAILED: "step failed, rolling back",
+    EventType.PROMOTE_REQUESTED: "promotion requested",
+    EventType.ABORT_REQUESTED: "abort requested",
+    EventType.ROLLBACK_REQUESTED: "rollback requested",
+    EventType.RUN_REVERTED: "Reverted: the kept previous revision serves again",
+    EventType.CAPACITY_AWAITED: "Pending: waiting for GPUs",
+    EventType.BACKEND_AWAITED: "waiting for a silent PlntBackend",
 }
+"""A line for every event of the run: the follower runs as a subscription callback, where
+a missing one would end the progress silently."""
+FAILURES = frozenset(
+    {
+        EventType.RUN_FAILED,
+        EventType.SMOKE_FAILED,
+        EventType.INSTALL_FAILED,
+        EventType.STEP_TIMED_OUT,
+        EventType.RUN_ROLLED_BACK,
+        EventType.SHADOW_FAILED,
+        EventType.ANALYSIS_FAILED,
+    }
+)
 
 
 def describe(event: Envelope) -> str:
@@ -49,6 +75,8 @@ def describe(event: Envelope) -> str:
             return f"{label} {data.get('revision')}"
         case EventType.RUN_FAILED | EventType.RUN_ROLLED_BACK | EventType.INSTALL_FAILED:
             return f"{label}: {data.get('reason')}: {data.get('message')}"
+        case EventType.CAPACITY_AWAITED | EventType.BACKEND_AWAITED:
+            return f"{label}: {data.get('message')}"
         case _:
             return label
 
@@ -82,18 +110,7 @@ class SagaFollower:
         now = time.monotonic()
         step = now - self._last
         self._last = now
-        marker = (
-            "✓"
-            if event.event_type
-            not in (
-                EventType.RUN_FAILED,
-                EventType.SMOKE_FAILED,
-                EventType.INSTALL_FAILED,
-                EventType.STEP_TIMED_OUT,
-                EventType.RUN_ROLLED_BACK,
-            )
-            else "✗"
-        )
+        marker = "✗" if event.event_type in FAILURES else "✓"
         self._say(
             f"  {marker} {now - self._started:6.2f}s  (+{step:5.2f}s)  "
             f"{event.event_type.value:<17} {describe(event)}"
