@@ -4,6 +4,7 @@ Models validate everything the contract lists; ``parse_resource`` turns a YAML/J
 into one of them or raises ``SpecInvalid`` with a message naming the field.
 """
 
+import ipaddress
 import itertools
 import re
 from datetime import datetime
@@ -721,10 +722,84 @@ class SecretKeyRef(_Model):
     key: str
 
 
+class IpBlock(_Model):
+    cidr: str = Field(examples=["10.8.0.0/16"])
+    except_: list[str] = Field(default_factory=list, alias="except")
+
+    @field_validator("cidr", "except_")
+    @classmethod
+    def _cidrs(cls, value: str | list[str]) -> str | list[str]:
+        for cidr in [value] if isinstance(value, str) else value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not a CIDR such as 10.8.0.0/16") from None
+        return value
+
+
+class RunnerCaller(_Model):
+    """A NetworkPolicy peer that may call a backend's runners, besides plnt's router and
+    smoke pods in the runners' own cluster (which is all the chart admits by default)."""
+
+    ip_block: IpBlock | None = Field(default=None, alias="ipBlock")
+    namespace_selector: LabelSelector | None = Field(default=None, alias="namespaceSelector")
+    pod_selector: LabelSelector | None = Field(default=None, alias="podSelector")
+
+    @model_validator(mode="after")
+    def _one_kind_of_peer(self) -> "RunnerCaller":
+        selectors = self.namespace_selector is not None or self.pod_selector is not None
+        if (self.ip_block is not None) == selectors:
+            raise ValueError(
+                "a runner caller is an ipBlock, or a namespaceSelector and/or podSelector"
+            )
+        return self
+
+
+CLUSTER_DOMAIN = "svc.cluster.local"
+MAX_SERVICE_DOMAIN = 200
+"""Room left in a 253-character name for ``<release>.<namespace>.``."""
+
+
+def service_url(*, name: str, namespace: str, port: int, domain: str = CLUSTER_DOMAIN) -> str:
+    """Where plnt calls a runner's Service: its cluster's DNS name, or under a PlntBackend's
+    ``serviceDomain``."""
+    return f"http://{name}.{namespace}.{domain}:{port}"
+
+
 class KubernetesTarget(_Model):
     kubeconfig_secret_ref: SecretKeyRef | None = Field(default=None, alias="kubeconfigSecretRef")
     in_cluster: bool = Field(default=False, alias="inCluster")
     namespace: str = "default"
+    service_domain: str = Field(
+        default=CLUSTER_DOMAIN,
+        alias="serviceDomain",
+        max_length=MAX_SERVICE_DOMAIN,
+        description="The DNS suffix plnt calls this cluster's runners at: "
+        "http://<release>.<namespace>.<serviceDomain>:<port>. svc.clusterset.local (with "
+        "serviceExport) for a Multi-Cluster Services implementation.",
+    )
+    service_export: bool = Field(
+        default=False,
+        alias="serviceExport",
+        description="Export each runner's Service to the clusterset "
+        "(a multicluster.x-k8s.io/v1alpha1 ServiceExport beside it).",
+    )
+    runner_callers: list[RunnerCaller] = Field(
+        default_factory=list,
+        alias="runnerCallers",
+        description="Who else may call the runners (their NetworkPolicy's ingress peers): "
+        "plnt's pods when plnt runs in another cluster, e.g. its pod CIDR or gateway.",
+    )
+
+    @field_validator("service_domain")
+    @classmethod
+    def _a_dns_name(cls, value: str) -> str:
+        if not SECRET_NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not a DNS name such as svc.clusterset.local (lowercase "
+                "letters, digits, '-' and '.', each part starting and ending alphanumeric)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_credential_source(self) -> "KubernetesTarget":

@@ -107,19 +107,26 @@ def container_env(deployment: dict[str, Any], container: int = 0) -> dict[str, A
 # ---- manifest validation ---------------------------------------------------------------
 
 
+TRANSCRIBED_SCHEMAS = {
+    "keda.sh/": "scaledobject-keda-v1alpha1.json",
+    "multicluster.x-k8s.io/": "serviceexport-mcs-v1alpha1.json",
+}
+"""API groups kubernetes-validate has no schema for: their CRDs' schemas, transcribed."""
+
+
 @functools.cache
-def _keda_validator() -> jsonschema.Draft4Validator:
-    schema = json.loads((SCHEMAS_DIR / "scaledobject-keda-v1alpha1.json").read_text())
-    return jsonschema.Draft4Validator(schema)
+def _transcribed_validator(file: str) -> jsonschema.Draft4Validator:
+    return jsonschema.Draft4Validator(json.loads((SCHEMAS_DIR / file).read_text()))
 
 
 def validate_manifest(doc: dict[str, Any]) -> None:
     """Raise unless ``doc`` is valid for Kubernetes ``K8S_VERSION`` (strict: unknown fields
-    fail). KEDA ScaledObjects, which kubernetes-validate has no schema for, are checked
-    against the ScaledObject schema transcribed from KEDA's CRD."""
-    if doc.get("apiVersion", "").startswith("keda.sh/"):
-        _keda_validator().validate(doc)
-        return
+    fail). KEDA ScaledObjects and MCS ServiceExports, which kubernetes-validate has no
+    schema for, are checked against the schemas transcribed from their CRDs."""
+    for group, file in TRANSCRIBED_SCHEMAS.items():
+        if doc.get("apiVersion", "").startswith(group):
+            _transcribed_validator(file).validate(doc)
+            return
     kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from plnt_chart_kit import (
     PLNT_CHART,
+    RUNNER_CHART,
     container_env,
     load_chart,
     one,
@@ -22,6 +23,7 @@ from plnt_chart_kit import (
     with_router_keys,
 )
 from pydantic_settings import BaseSettings
+from test_charts_runner import SCENARIOS as RUNNER_SCENARIOS
 
 from plnt_common.settings import CommonSettings
 from plnt_installer.settings import InstallerSettings
@@ -570,6 +572,36 @@ def test_installer_gets_helm_permissions_in_each_target_namespace() -> None:
     assert "scaledobjects" not in {
         res for _, resources, _ in _rules(default_roles[0]) for res in resources
     }
+
+
+HELM_VERBS = {"get", "list", "create", "update", "patch", "delete"}
+
+
+def _api_resource(doc: dict[str, Any]) -> tuple[str, str]:
+    """(API group, resource) of a manifest, as RBAC names them."""
+    group = doc["apiVersion"].rpartition("/")[0]
+    kind = doc["kind"].lower()
+    return group, kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+
+
+def test_installer_may_manage_every_object_a_runner_release_renders() -> None:
+    runner_docs = [
+        doc
+        for values in [*RUNNER_SCENARIOS.values(), {"service": {"export": True}}]
+        for doc in render(RUNNER_CHART, values, release="rr-g1", namespace="agents")
+    ]
+    rendered = {_api_resource(doc) for doc in runner_docs}
+    assert ("networking.k8s.io", "networkpolicies") in rendered  # the chart's default
+    docs = _render({"installer": {"keda": True, "serviceExports": True}})
+    (role,) = [d for d in select(docs, "Role") if d["metadata"]["name"] == "plnt-installer"]
+    granted = {
+        (group, resource)
+        for groups, resources, verbs in _rules(role)
+        if set(verbs) >= HELM_VERBS
+        for group in groups
+        for resource in resources
+    }
+    assert rendered - granted == set()
 
 
 def test_installer_may_only_get_the_backend_secrets_it_is_given() -> None:

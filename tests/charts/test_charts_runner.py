@@ -347,3 +347,12 @@ def test_helm_lint_is_clean() -> None:
     report = helm_python.lint(RUNNER_CHART, strict=True)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_an_exported_service_gets_a_service_export_of_its_name() -> None:
+    docs = _render({"service": {"export": True}})
+    export = one(docs, "ServiceExport")
+    validate_manifest(export)
+    assert export["metadata"]["name"] == one(docs, "Service")["metadata"]["name"]
+    assert export["metadata"]["namespace"] == NAMESPACE
+    assert select(_render({}), "ServiceExport") == []

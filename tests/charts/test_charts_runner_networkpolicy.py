@@ -1,7 +1,7 @@
 """The runner chart's NetworkPolicy: the runner's port reachable only from the plnt
 chart's router and smoke pods (selectors checked against the labels charts/plnt really
-renders on them) in plnt's namespace, and from a configured metrics scraper; egress open
-unless restricted."""
+renders on them) in plnt's namespace, from a configured metrics scraper and from the
+callers a PlntBackend adds (plnt in another cluster); egress open unless restricted."""
 
 from typing import Any
 
@@ -74,3 +74,14 @@ def test_metrics_scraper_and_restricted_egress() -> None:
 def test_disabled_renders_no_policy() -> None:
     docs = render(RUNNER_CHART, {"networkPolicy": {"enabled": False}}, release="r", namespace="a")
     assert select(docs, "NetworkPolicy") == []
+
+
+def test_callers_from_another_cluster_are_admitted_beside_plnt_s_own_pods() -> None:
+    callers = [
+        {"ipBlock": {"cidr": "10.8.0.0/16", "except": []}},
+        {"namespaceSelector": {"matchLabels": {"name": "mcs-gateway"}}},
+    ]
+    policy = _policy({"networkPolicy": {"plntNamespace": PLNT_NS, "extraFrom": callers}})
+    own, *others = policy["spec"]["ingress"][0]["from"]
+    assert others == callers
+    assert _admits(own, namespace=PLNT_NS, labels=_plnt_pod_labels()["plnt-router"])

@@ -60,7 +60,17 @@ SELECTOR_VALUES = (
     "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)"
 )
 
+RUNNER_CALLER = "has(self.ipBlock) != (has(self.namespaceSelector) || has(self.podSelector))"
+
 CASES: dict[str, tuple[list[Any], list[Any]]] = {
+    RUNNER_CALLER: (
+        [
+            {"ipBlock": {"cidr": "10.8.0.0/16"}},
+            {"namespaceSelector": {"matchLabels": {"name": "mcs-gateway"}}},
+            {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "gateway"}}},
+        ],
+        [{}, {"ipBlock": {"cidr": "10.8.0.0/16"}, "podSelector": {}}],
+    ),
     SELECTOR_VALUES: (
         [
             {"key": "team", "operator": "In", "values": ["a"]},

@@ -91,6 +91,31 @@ def test_a_kubernetes_backend_needs_exactly_one_credential_source() -> None:
     assert isinstance(ok, PlntBackend)
 
 
+@pytest.mark.parametrize(
+    ("kubernetes", "message"),
+    [
+        ({"serviceDomain": "Svc.Local"}, "'Svc.Local' is not a DNS name such as"),
+        ({"serviceDomain": "svc..local"}, "'svc..local' is not a DNS name"),
+        ({"runnerCallers": [{"ipBlock": {"cidr": "10.8.0.0/33"}}]}, "is not a CIDR such as"),
+        (
+            {"runnerCallers": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["x"]}}]},
+            "'x' is not a CIDR",
+        ),
+        ({"runnerCallers": [{}]}, "a runner caller is an ipBlock, or a namespaceSelector"),
+        ({"serviceExport": "maybe"}, "serviceExport"),
+    ],
+    ids=["domain-case", "domain-empty-part", "cidr", "except", "no-peer", "export"],
+)
+def test_how_plnt_reaches_a_backend_s_runners_is_checked_naming_the_field(
+    kubernetes: dict[str, Any], message: str
+) -> None:
+    spec = {"type": "kubernetes", "kubernetes": {"inCluster": True, **kubernetes}}
+    document = {"apiVersion": "plnt.work/v1", "kind": "PlntBackend", "metadata": {"name": "g"}}
+    with pytest.raises(SpecInvalid, match=r"spec\.kubernetes") as error:
+        parse_resource({**document, "spec": spec})
+    assert message in str(error.value)
+
+
 def workflow_with(steps: list[dict[str, Any]]) -> bytes:
     document = yaml.safe_load(WORKFLOW)
     document["spec"]["steps"] = steps

@@ -86,13 +86,16 @@ def in_cluster_backend(**kubernetes: Any) -> PlntBackendSpec:
     )
 
 
-def remote_backend(*, secret: str = "remote-kubeconfig", key: str = "config") -> PlntBackendSpec:
+def remote_backend(
+    *, secret: str = "remote-kubeconfig", key: str = "config", **kubernetes: Any
+) -> PlntBackendSpec:
     return PlntBackendSpec.model_validate(
         {
             "type": "kubernetes",
             "kubernetes": {
                 "kubeconfigSecretRef": {"name": secret, "key": key},
                 "namespace": HELM_NS,
+                **kubernetes,
             },
             "gpuClasses": GPU_CLASSES,
         }

@@ -122,14 +122,26 @@ def service(release: str, *, ready: int = 1) -> ServiceState:
     )
 
 
-def url_of(release: str) -> str:
-    return f"http://{release}.{NS}.svc.cluster.local:80"
+def url_of(release: str, domain: str = "svc.cluster.local") -> str:
+    return f"http://{release}.{NS}.{domain}:80"
+
+
+def _domain(name: str, domains: dict[str, str]) -> dict[str, str]:
+    return {"serviceDomain": domains[name]} if name in domains else {}
 
 
 def observer(
-    clusters: Clusters, store: MemoryStore, probe: RunnerProbe, clock: Clock
+    clusters: Clusters,
+    store: MemoryStore,
+    probe: RunnerProbe,
+    clock: Clock,
+    *,
+    domains: dict[str, str] | None = None,
 ) -> HelmObserver:
-    targets = StaticTargets({name: remote_backend() for name in clusters.clusters})
+    """``domains``: a PlntBackend's serviceDomain, where it is not the cluster's own."""
+    targets = StaticTargets(
+        {name: remote_backend(**_domain(name, domains or {})) for name in clusters.clusters}
+    )
     return HelmObserver(
         targets=targets,
         connector=clusters,
@@ -304,3 +316,26 @@ async def test_an_observer_started_while_the_api_is_silent_probes_what_the_store
     lost = store.records[("default", "default-cart-g1")]
     assert (lost.phase, lost.reason) == (ReleasePhase.STARTING, "BackendUnreachable")
     assert f"GET {dead}/healthz failed" in lost.message
+
+
+async def test_a_backend_s_runners_are_called_under_its_service_domain() -> None:
+    east = Cluster(services=[service("default-shop-g1")])
+    west = Cluster(services=[service("default-shop-west-g1")])
+    clusters, store, probe, clock = (
+        Clusters(east=east, west=west),
+        MemoryStore(),
+        RecordingProbe(),
+        Clock(),
+    )
+    watching = observer(clusters, store, probe, clock, domains={"east": "svc.clusterset.local"})
+    await watching.observe_once()
+    assert {r.release: r.url for r in store.records.values()} == {
+        "default-shop-g1": url_of("default-shop-g1", "svc.clusterset.local"),
+        "default-shop-west-g1": url_of("default-shop-west-g1"),
+    }
+
+    east.silent = True
+    await watching.observe_once()
+    clock.now += AFTER_S
+    await watching.observe_once()
+    assert probe.asked == [url_of("default-shop-g1", "svc.clusterset.local")]

@@ -30,6 +30,7 @@ from installer_helm_support import (
     get_values,
     helm_list,
     history,
+    in_cluster_backend,
     promoted,
     remote_backend,
     rollback,
@@ -383,6 +384,20 @@ async def test_status_follows_the_deployment_from_starting_to_ready(
     ready = await helm_backend.status(namespace=RUN_NS, release=RELEASE)
     assert ready is not None
     assert (ready.phase, ready.url, ready.saga_id) == (ReleasePhase.READY, URL, SAGA)
+
+
+async def test_a_release_is_called_under_its_backend_s_service_domain(
+    helm_backend: HelmReleaseBackend, cluster: FakeCluster, targets: StaticTargets
+) -> None:
+    targets.backends[IN_CLUSTER] = in_cluster_backend(serviceDomain="svc.clusterset.local")
+    pulled = spec_pulled(backend=targets.backends[IN_CLUSTER])
+    await helm_backend.install(desired(pulled), pulled=pulled)
+    cluster.deployment(RELEASE, replicas=1, ready=1)
+
+    ready = await helm_backend.wait_ready(
+        pulled=pulled, namespace=RUN_NS, release=RELEASE, saga_id=SAGA, timeout_s=5
+    )
+    assert ready.url == f"http://{RELEASE}.{HELM_NS}.svc.clusterset.local:80"
 
 
 async def test_uninstall_removes_a_release_and_reports_a_missing_one(

@@ -25,13 +25,13 @@ from installer_helm_support import (
 
 from plnt_common.errors import BackendUnavailable
 from plnt_common.releases import LlmConfig, ReleaseRole
-from plnt_common.resources import PlntBackendSpec
+from plnt_common.resources import CLUSTER_DOMAIN, PlntBackendSpec
 from plnt_installer.adapters.helm_values import (
     RUNNER_SERVICE_PORT,
     chart_values,
     desired_from_values,
     placement_of,
-    service_url,
+    release_url,
     with_role,
 )
 
@@ -73,10 +73,39 @@ def test_values_pass_the_chart_schema_and_name_what_readiness_and_the_router_use
     assert deployment["metadata"]["name"] == RELEASE  # what wait_ready polls
     assert service["metadata"]["name"] == RELEASE
     assert service["spec"]["ports"][0]["port"] == RUNNER_SERVICE_PORT
-    assert service_url(name=RELEASE, namespace=HELM_NS, values=_values()) == (
-        f"http://{RELEASE}.{HELM_NS}.svc.cluster.local:{RUNNER_SERVICE_PORT}"
-    )
+    url = release_url(name=RELEASE, namespace=HELM_NS, values=_values(), domain=CLUSTER_DOMAIN)
+    assert url == f"http://{RELEASE}.{HELM_NS}.svc.cluster.local:{RUNNER_SERVICE_PORT}"
+    assert not [doc for doc in docs if doc["kind"] == "ServiceExport"]
     assert _one(docs, "ConfigMap")["data"]["workflow.yaml"].strip() == SPEC.decode().strip()
+
+
+def test_a_backend_plnt_reaches_across_clusters_exports_the_service_and_admits_its_callers() -> (
+    None
+):
+    callers = [{"ipBlock": {"cidr": "10.8.0.0/16"}}]
+    backend = in_cluster_backend(
+        serviceDomain="svc.clusterset.local", serviceExport=True, runnerCallers=callers
+    )
+    pulled = spec_pulled()
+    values = chart_values(
+        release=desired(pulled),
+        workflow=SPEC,
+        backend_name=IN_CLUSTER,
+        backend=backend,
+        placement=placement_of(pulled.run),
+    )
+    docs = _render(values)
+
+    export = _one(docs, "ServiceExport")
+    service = _one(docs, "Service")
+    assert export["metadata"]["name"] == service["metadata"]["name"] == RELEASE
+    # the Service keeps its port and identity annotations beside the export
+    assert service["spec"]["ports"][0]["port"] == RUNNER_SERVICE_PORT
+    assert service["metadata"]["annotations"]["plnt.work/backend"] == IN_CLUSTER
+    peers = _one(docs, "NetworkPolicy")["spec"]["ingress"][0]["from"]
+    assert peers[1:] == [{"ipBlock": {"cidr": "10.8.0.0/16", "except": []}}]
+    # nothing added for a backend without them: installed releases keep their values
+    assert "export" not in _values()["service"] and "networkPolicy" not in _values()
 
 
 def test_values_carry_the_gpu_class_the_run_placement_and_the_workflow_runtime() -> None:

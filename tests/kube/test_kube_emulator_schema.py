@@ -275,6 +275,8 @@ def test_kubernetes_backend_gets_its_defaults(backends: CrdSchema) -> None:
         "kubeconfigSecretRef": {"name": "kc", "key": "config"},
         "inCluster": False,
         "namespace": "default",
+        "serviceDomain": "svc.cluster.local",
+        "serviceExport": False,
     }
 
 

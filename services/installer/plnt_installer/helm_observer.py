@@ -28,7 +28,7 @@ from typing import Protocol
 from plnt_common.errors import PlntError
 from plnt_common.logs import get_logger
 from plnt_common.releases import ObservedRelease, ReleasePhase
-from plnt_common.resources import KubernetesTarget
+from plnt_common.resources import CLUSTER_DOMAIN, KubernetesTarget, service_url
 from plnt_common.status import ServingReason
 from plnt_installer.kube_ports import KubernetesTargets
 
@@ -60,12 +60,16 @@ class ServiceState:
     not_ready: int = 0
 
 
-def observation(service: ServiceState, *, backend: str) -> ObservedRelease | None:
-    """What the promoter should know of ``service`` (on PlntBackend ``backend``); None when
-    it is not a plnt release."""
+def observation(
+    service: ServiceState, *, backend: str, domain: str = CLUSTER_DOMAIN
+) -> ObservedRelease | None:
+    """What the promoter should know of ``service`` (on PlntBackend ``backend``, whose
+    Services plnt calls under ``domain``); None when it is not a plnt release."""
     if not service.run_namespace or not service.revision:
         return None
-    url = f"http://{service.name}.{service.namespace}.svc.cluster.local:{service.port}"
+    url = service_url(
+        name=service.name, namespace=service.namespace, port=service.port, domain=domain
+    )
     if service.ready > 0:
         phase, reason, message = ReleasePhase.READY, "", f"{service.ready} ready endpoints"
     else:
@@ -233,7 +237,7 @@ class HelmObserver:
                 continue
             self._silent_since.pop(name, None)
             for service in services:
-                record = observation(service, backend=name)
+                record = observation(service, backend=name, domain=target.service_domain)
                 if record is not None:
                     seen[(record.namespace, record.release)] = record
         return seen, silent

@@ -23,7 +23,13 @@ from typing import Any
 from plnt_common.errors import BackendUnavailable, SpecInvalid
 from plnt_common.events import RunSnapshot
 from plnt_common.releases import DesiredRelease, LlmConfig, ReleaseRole
-from plnt_common.resources import GpuClass, PlntBackendSpec, RunnerPod
+from plnt_common.resources import (
+    GpuClass,
+    KubernetesTarget,
+    PlntBackendSpec,
+    RunnerPod,
+    service_url,
+)
 from plnt_common.workflow import parse_workflow
 from plnt_installer.adapters.runner_tracing import runner_tracing
 
@@ -134,12 +140,25 @@ def chart_values(
             },
         },
     }
+    if backend.kubernetes is not None:
+        add_reach(values, backend.kubernetes)
     # Only an explicit memoryGiB sizes the container; the model's default of 1 would
     # shrink the chart's own defaults.
     if "memory_gib" in spec.requirements.model_fields_set:
         values["memoryGiB"] = spec.requirements.memory_gib
     values.update(runner_pod_values(backend.runner_pod))
     return values
+
+
+def add_reach(values: dict[str, Any], target: KubernetesTarget) -> None:
+    """How plnt reaches the runner when it runs in another cluster: the Service exported
+    to the clusterset, and the callers its NetworkPolicy admits beside plnt's own pods.
+    Left out when unset, so releases installed before these settings keep their values."""
+    if target.service_export:
+        values["service"]["export"] = True
+    if target.runner_callers:
+        callers = [c.model_dump(by_alias=True, exclude_none=True) for c in target.runner_callers]
+        values["networkPolicy"] = {"extraFrom": callers}
 
 
 def runner_pod_values(pod: RunnerPod) -> dict[str, Any]:
@@ -216,7 +235,7 @@ def desired_from_values(*, name: str, values: dict[str, Any]) -> DesiredRelease 
         return None
 
 
-def service_url(*, name: str, namespace: str, values: dict[str, Any]) -> str:
-    """The in-cluster URL of the release's Service (the chart names it after the release)."""
+def release_url(*, name: str, namespace: str, values: dict[str, Any], domain: str) -> str:
+    """``service_url`` of an installed release, at the port its values gave the Service."""
     port = int((values.get("service") or {}).get("port") or RUNNER_SERVICE_PORT)
-    return f"http://{name}.{namespace}.svc.cluster.local:{port}"
+    return service_url(name=name, namespace=namespace, port=port, domain=domain)

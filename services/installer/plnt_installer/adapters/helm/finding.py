@@ -11,7 +11,7 @@ from plnt_common.errors import BackendUnavailable, PlntError
 from plnt_common.events import SpecPulled
 from plnt_common.logs import get_logger
 from plnt_common.releases import DesiredRelease, may_be_release_of
-from plnt_common.resources import KubernetesTarget, PlntBackendSpec
+from plnt_common.resources import CLUSTER_DOMAIN, KubernetesTarget, PlntBackendSpec
 from plnt_installer.adapters.helm_cli import HelmRelease, ReleaseMissing
 from plnt_installer.adapters.helm_values import desired_from_values
 from plnt_installer.adapters.kube_access import Connection
@@ -33,6 +33,12 @@ class Target:
 
     name: str
     spec: PlntBackendSpec
+
+    @property
+    def service_domain(self) -> str:
+        """The DNS suffix plnt calls this backend's runner Services under."""
+        kube = self.spec.kubernetes
+        return kube.service_domain if kube is not None else CLUSTER_DOMAIN
 
     @classmethod
     def of(cls, pulled: SpecPulled) -> "Target":

@@ -8,7 +8,7 @@ import asyncio
 from plnt_common.errors import InstallFailed, PlntError
 from plnt_common.releases import ObservedRelease, ReleasePhase
 from plnt_installer.adapters.helm.finding import Found, ReleaseFinder, Target, where
-from plnt_installer.adapters.helm_values import service_url
+from plnt_installer.adapters.helm_values import release_url
 from plnt_installer.readiness import judge
 from plnt_installer.remediation import HelmStatus
 
@@ -87,8 +87,11 @@ def observed_release(found: Found, phase: ReleasePhase, *, message: str) -> Obse
         revision=found.desired.revision,
         saga_id=found.desired.saga_id,
         phase=phase,
-        url=service_url(
-            name=found.helm.name, namespace=found.connection.namespace, values=found.values
+        url=release_url(
+            name=found.helm.name,
+            namespace=found.connection.namespace,
+            values=found.values,
+            domain=found.target.service_domain,
         ),
         message=message,
     )
