@@ -157,13 +157,8 @@ async def test_a_silent_api_keeps_its_records_then_the_runners_that_do_not_answe
 ):
     east = Cluster(services=[service("default-shop-g1"), service("default-cart-g1")])
     west = Cluster(services=[service("default-shop-west-g1")])
-    clusters, store, probe, clock = (
-        Clusters(east=east, west=west),
-        MemoryStore(),
-        RecordingProbe(),
-        Clock(),
-    )
-    watching = observer(clusters, store, probe, clock)
+    store, probe, clock = MemoryStore(), RecordingProbe(), Clock()
+    watching = observer(Clusters(east=east, west=west), store, probe, clock)
     await watching.observe_once()
     before = dict(store.records)
     assert {r.backend_name for r in before.values()} == {"east", "west"}
@@ -321,12 +316,8 @@ async def test_an_observer_started_while_the_api_is_silent_probes_what_the_store
 async def test_a_backend_s_runners_are_called_under_its_service_domain() -> None:
     east = Cluster(services=[service("default-shop-g1")])
     west = Cluster(services=[service("default-shop-west-g1")])
-    clusters, store, probe, clock = (
-        Clusters(east=east, west=west),
-        MemoryStore(),
-        RecordingProbe(),
-        Clock(),
-    )
+    store, probe, clock = MemoryStore(), RecordingProbe(), Clock()
+    clusters = Clusters(east=east, west=west)
     watching = observer(clusters, store, probe, clock, domains={"east": "svc.clusterset.local"})
     await watching.observe_once()
     assert {r.release: r.url for r in store.records.values()} == {
