@@ -61,12 +61,8 @@ async def removed_while_waiting(bus: Bus, event: Envelope) -> tuple[str, ...]:
 def _waiting(silent: tuple[str, ...], deleting: bool) -> str:
     names = ", ".join(repr(name) for name in silent)
     which = "PlntBackend" if len(silent) == 1 else "PlntBackends"
-    what, done = (
-        ("the run's releases", "removed where the backends answered")
-        if deleting
-        else ("the canary", "removed where the backends answered; the stable keeps serving")
-    )
+    what = "the run's releases" if deleting else "the canary"
     return (
         f"waiting for the API of {which} {names} to answer, to remove {what} there "
-        f"({done}); deleting the PlntBackend ends the wait"
+        "(removed where the backends answered); deleting the PlntBackend ends the wait"
     )
